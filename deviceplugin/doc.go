@@ -1,0 +1,70 @@
+// Package deviceplugin is the plugin side of the device-plugin protocol: a small SDK that
+// serves the v1beta1 DevicePlugin service on a unix socket, registers with the kubelet (or
+// kdm), pushes device updates over ListAndWatch, and registers again when the kubelet
+// restarts. kdm's tests, scenario runner and reference GPU plugin are built on it; plugin
+// authors can use it as is. It never imports the manager side.
+//
+// # Lifecycle
+//
+// New validates a Config; Start serves and registers; Stop tears everything down and joins
+// every goroutine; Run is Start, wait for ctx, Stop. A Plugin is single-use: a "plugin
+// restart" is Stop followed by a new Plugin on the same socket name. Stop is the "plugin
+// exits" fault.
+//
+// # Registration modes
+//
+//   - RegisterWithKubelet (default): one Register call on kubelet.sock at Start, with
+//     Version "v1beta1", Endpoint = the socket's file name, the resource name and Options.
+//     A refusal fails Start.
+//   - PluginWatcher: the pluginregistration v1 service (GetInfo, NotifyRegistrationStatus)
+//     is served on WatcherDir/SocketName; GetInfo names the DevicePlugin socket by its
+//     absolute path. A positive NotifyRegistrationStatus counts as a registration.
+//   - NoRegistration: serve only; the caller registers by hand.
+//
+// # Restart detection
+//
+// Like real plugins, we infer a kubelet restart from file events (fsnotify on PluginDir),
+// because the kubelet at start-up deletes every socket in the device-plugin directory and
+// then creates kubelet.sock afresh:
+//   - our socket deleted → listen on it again (the kubelet dials it when we re-register);
+//   - kubelet.sock created → register again, retrying with a doubling backoff
+//     (RetryBackoff..MaxRetryBackoff, on Config.Clock so tests can use a fake clock) until
+//     it works or the plugin stops. Every attempt first checks that our socket is served.
+//
+// In PluginWatcher mode, re-creating our socket also re-creates the registry socket, so the
+// watcher sees a fresh socket and connects again. A kubelet.sock that appears while Start is
+// registering may cause one extra, harmless, registration.
+//
+// Socket files are tracked by identity (inode): the plugin only re-creates a socket that is
+// gone and only deletes a file it created, never one another process put at the same path.
+//
+// # Concurrency
+//
+// One mutex guards the plugin's state and is never held across an RPC or a stream Send.
+// Each ListAndWatch stream has its own queue: SetDevices and SetHealth queue a copy of the
+// whole list on every open stream and return at once; the stream's handler sends the lists
+// in order, none coalesced. Wait methods (WaitForRegistrations, WaitForStreams,
+// WaitForCalls) are woken by the events they wait for; nothing polls.
+//
+// # Faults and recording
+//
+// For testing managers, SetFaults scripts hangs (until the caller's deadline or Stop) and
+// errors per RPC, DropStreams ends every stream with Unavailable, and Calls returns copies
+// of every request received. A call is recorded before its fault applies.
+//
+// # Choices
+//
+//   - Config.Options is a pointer: protobuf messages must not be copied by value (go vet's
+//     copylocks check rejects a Config holding one by value).
+//   - The default Allocate refuses unknown IDs (InvalidArgument), as real plugins do, and
+//     otherwise returns only the env KDM_VISIBLE_DEVICES=<ids joined by ",">.
+//   - The default GetPreferredAllocation takes must-include IDs first, then available IDs
+//     in order, up to the requested size. The default PreStartContainer returns an empty
+//     response.
+//   - Register waits for kubelet.sock to accept connections (gRPC wait-for-ready) within
+//     RegisterTimeout (10s), like the kubelet's own stub plugin's blocking dial.
+//   - ResourceName and Version are not validated, so tests can exercise a manager's
+//     rejections; the socket path length (107 bytes) is.
+//   - The zero Logger means klog.Background(); log keys follow the kubelet's
+//     ("resourceName", "endpoint", "path", "deviceID").
+package deviceplugin

@@ -1,0 +1,21 @@
+package deviceplugin
+
+import "errors"
+
+// Sentinel errors. Errors returned by this package wrap one of these where a caller may want
+// to branch on the cause; the wrapping message carries the detail (field, path, device ID).
+var (
+	// ErrInvalidConfig is wrapped by every error New returns; the message names the field.
+	ErrInvalidConfig = errors.New("invalid device plugin config")
+	// ErrAlreadyStarted is returned by a second Start.
+	ErrAlreadyStarted = errors.New("device plugin already started")
+	// ErrStopped is returned by Start after Stop (a Plugin is single-use), and by the Wait
+	// methods once the plugin has stopped and the awaited count can no longer be reached.
+	ErrStopped = errors.New("device plugin stopped")
+	// ErrRegistration is wrapped, together with the gRPC error, when a Register call to the
+	// kubelet fails. The gRPC status survives the wrapping (status.Code and status.FromError
+	// still see it).
+	ErrRegistration = errors.New("device plugin registration failed")
+	// ErrUnknownDevice is wrapped by SetHealth for an ID that is not in the device list.
+	ErrUnknownDevice = errors.New("unknown device")
+)

@@ -1,0 +1,192 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// TestNewValidation: New rejects bad configs with ErrInvalidConfig and names the field.
+func TestNewValidation(t *testing.T) {
+	long := "/tmp/" + strings.Repeat("d", 100)
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"no resource", Config{PluginDir: "/x"}, "ResourceName"},
+		{"socket is a path", Config{ResourceName: gpu, PluginDir: "/x", SocketName: "a/b.sock"}, "SocketName"},
+		{"socket is dot-dot", Config{ResourceName: gpu, PluginDir: "/x", SocketName: ".."}, "SocketName"},
+		{"socket path too long", Config{ResourceName: gpu, PluginDir: long}, "PluginDir + SocketName"},
+		{"watcher without dir", Config{ResourceName: gpu, PluginDir: "/x", Registration: PluginWatcher}, "WatcherDir"},
+		{"watcher path too long", Config{ResourceName: gpu, PluginDir: "/x", Registration: PluginWatcher, WatcherDir: long}, "WatcherDir + SocketName"},
+		{"unknown mode", Config{ResourceName: gpu, PluginDir: "/x", Registration: 7}, "RegistrationMode(7)"},
+		{"nil device", Config{ResourceName: gpu, PluginDir: "/x", Devices: []*pluginapi.Device{{ID: "a"}, nil}}, "Devices[1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.cfg)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("New = %v, want ErrInvalidConfig naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestNewDefaults: the default paths follow the kubelet's layout and the socket name is
+// derived from the resource name.
+func TestNewDefaults(t *testing.T) {
+	p, err := New(Config{ResourceName: gpu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.SocketPath(), "/var/lib/kubelet/device-plugins/example.com_gpu.sock"; got != want {
+		t.Fatalf("SocketPath() = %q, want %q", got, want)
+	}
+	if got, want := p.cfg.KubeletSocket, pluginapi.KubeletSocket; got != want {
+		t.Fatalf("KubeletSocket = %q, want %q", got, want)
+	}
+	if p.cfg.RegisterTimeout != DefaultRegisterTimeout || p.cfg.Version != pluginapi.Version || p.RegistrySocketPath() != "" {
+		t.Fatalf("defaults not applied: %+v", p.cfg)
+	}
+	p.Stop() // never started: a no-op
+}
+
+// TestLifecycle: Start twice, Stop before Start, Stop twice and concurrently, Start after
+// Stop; Stop ends open streams, removes the socket, and wakes waiters.
+func TestLifecycle(t *testing.T) {
+	unstarted := newPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t)})
+	unstarted.Stop()
+	unstarted.Stop()
+	if err := unstarted.Start(context.Background()); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+	}
+
+	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, Devices: devices(pluginapi.Healthy, "a")})
+	if err := p.Start(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
+		t.Fatalf("second Start = %v, want ErrAlreadyStarted", err)
+	}
+	s, err := pluginClient(t, p.SocketPath()).ListAndWatch(waitCtx(t), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, s)
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- p.WaitForRegistrations(waitCtx(t), 1) }()
+
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.Stop()
+		}()
+	}
+	wg.Wait()
+	if _, err := s.Recv(); err == nil {
+		t.Fatal("stream still open after Stop")
+	}
+	if _, err := os.Stat(p.SocketPath()); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind after Stop (stat: %v)", err)
+	}
+	select {
+	case err := <-waitErr:
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("WaitForRegistrations across Stop = %v, want ErrStopped", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("WaitForRegistrations not woken by Stop")
+	}
+}
+
+// TestStartRemovesStaleSocket: a leftover file at the socket path is replaced.
+func TestStartRemovesStaleSocket(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "gpu.sock")
+	if err := os.WriteFile(path, []byte("stale"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock", Registration: NoRegistration})
+	if _, err := pluginClient(t, p.SocketPath()).GetDevicePluginOptions(waitCtx(t), &pluginapi.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRemoveOnlyOurSocket: a socket file replaced by someone else is not deleted.
+func TestRemoveOnlyOurSocket(t *testing.T) {
+	path := filepath.Join(shortDir(t), "s.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	defer func() { _ = l.Close() }()
+	info, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &servedSocket{path: path, l: l, info: info}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	other, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close() }()
+	if err := s.removeIfOurs(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("another process's socket was deleted: %v", err)
+	}
+}
+
+// TestRun: Run registers, returns nil when ctx ends, and leaves nothing behind; it also
+// returns when someone else stops the plugin.
+func TestRun(t *testing.T) {
+	dir := shortDir(t)
+	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), true)
+	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	k.next(t)
+	if err := p.WaitForRegistrations(waitCtx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not return after ctx ended")
+	}
+	if _, err := os.Stat(p.SocketPath()); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind after Run (stat: %v)", err)
+	}
+
+	q := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir, SocketName: "q.sock"})
+	go func() { done <- q.Run(context.Background()) }()
+	if err := q.WaitForRegistrations(waitCtx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	q.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not return after Stop")
+	}
+}

@@ -1,0 +1,113 @@
+package deviceplugin
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+
+	"google.golang.org/grpc"
+)
+
+// servedSocket is one unix socket the gRPC server accepts on. The file's identity (inode)
+// is remembered so that we only ever re-create or delete our own file, never a socket some
+// other process has since put at the same path.
+type servedSocket struct {
+	path string
+	l    *net.UnixListener
+	info os.FileInfo
+}
+
+// state reports whether the file at the path is still ours, and whether anything is there.
+func (s *servedSocket) state() (ours, exists bool) {
+	fi, err := os.Lstat(s.path)
+	if err != nil {
+		return false, !errors.Is(err, fs.ErrNotExist)
+	}
+	return os.SameFile(fi, s.info), true
+}
+
+// removeIfOurs deletes the socket file if it is still the one we created.
+func (s *servedSocket) removeIfOurs() error {
+	if ours, _ := s.state(); !ours {
+		return nil
+	}
+	if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing socket %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// listenLocked removes whatever is at path (a stale socket from an earlier run), listens
+// there and starts serving p.server on it in a goroutine joined by Stop. p.mu must be held
+// and p.server set.
+func (p *Plugin) listenLocked(path string) (*servedSocket, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	// We delete the file ourselves, and only while it is ours: closing a listener whose
+	// file was removed and re-created by someone else must not delete their file.
+	l.SetUnlinkOnClose(false)
+	info, err := os.Lstat(path)
+	if err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("inspecting new socket %s: %w", path, err)
+	}
+	s := &servedSocket{path: path, l: l, info: info}
+	server := p.server
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		err := server.Serve(l)
+		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+			p.log.Error(err, "Device plugin gRPC server failed", "path", path)
+		}
+	}()
+	p.log.V(2).Info("Serving device plugin socket", "path", path)
+	return s, nil
+}
+
+// ensureListening re-creates the DevicePlugin socket if its file has disappeared (the
+// manager's start-up cleanup deletes every socket in the directory). In PluginWatcher mode
+// it then re-creates the registry socket too, so that the watcher sees a new socket and asks
+// for the (new) endpoint again. A path now held by another file is left alone and reported.
+// Returns ErrStopped once the plugin is stopping.
+func (p *Plugin) ensureListening() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != stateRunning || p.ctx.Err() != nil {
+		return ErrStopped
+	}
+	ours, exists := p.sock.state()
+	switch {
+	case ours:
+		return nil
+	case exists:
+		return fmt.Errorf("socket %s was replaced by a file this plugin did not create", p.socketPath)
+	}
+	p.log.Info("Device plugin socket was removed; serving it again", "path", p.socketPath)
+	_ = p.sock.l.Close() // its Serve loop ends; open connections and streams carry on
+	sock, err := p.listenLocked(p.socketPath)
+	if err != nil {
+		return err
+	}
+	p.sock = sock
+	if p.reg == nil {
+		return nil
+	}
+	if err := p.reg.removeIfOurs(); err != nil {
+		return err
+	}
+	_ = p.reg.l.Close()
+	reg, err := p.listenLocked(p.registryPath)
+	if err != nil {
+		return err
+	}
+	p.reg = reg
+	return nil
+}

@@ -1,0 +1,58 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Run opens the plugin's ListAndWatch stream and calls onDevices synchronously, in order, with
+// the device list of each message (nil or empty for an empty list). The callback owns the
+// slice; a slow callback slows the stream, it never drops or merges messages.
+//
+// Run always returns a non-nil error saying why the stream ended:
+//   - ErrStopped (errors.Is) when Stop was called, or when the endpoint was already stopped
+//     (then at once, without opening a stream);
+//   - ctx.Err() (errors.Is) when ctx was cancelled or expired;
+//   - otherwise the stream's error, wrapped: io.EOF when the plugin ended the stream cleanly,
+//     a gRPC status error when the plugin went away.
+//
+// Run does not mark the endpoint stopped: the owner decides whether this instance's stream
+// ending matters, so a replaced instance cannot affect its successor. Concurrent Runs open
+// independent streams.
+func (e *Endpoint) Run(ctx context.Context, onDevices func([]*pluginapi.Device)) error {
+	if e.IsStopped() || e.client == nil {
+		return e.errStopped()
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := e.client.ListAndWatch(sctx, &pluginapi.Empty{})
+	if err != nil {
+		return e.streamEnded(ctx, err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return e.streamEnded(ctx, err)
+		}
+		e.log.V(2).Info("State pushed for device plugin", "resourceCapacity", len(resp.GetDevices()))
+		onDevices(resp.GetDevices())
+	}
+}
+
+// streamEnded classifies why a ListAndWatch stream ended; see Run.
+func (e *Endpoint) streamEnded(ctx context.Context, err error) error {
+	switch {
+	case e.IsStopped():
+		return fmt.Errorf("%w: ListAndWatch ended: %w", e.errStopped(), err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("ListAndWatch of %s cancelled: %w", e.resourceName, ctx.Err())
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("ListAndWatch of %s ended by the device plugin: %w", e.resourceName, err)
+	default:
+		return fmt.Errorf("ListAndWatch of %s failed: %w", e.resourceName, err)
+	}
+}
