@@ -1,0 +1,160 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// benchAllocResp is a realistic response for four GPUs: an env var, four
+// device nodes and a driver mount, about 200 bytes of protobuf.
+func benchAllocResp(tb testing.TB, pod int) []byte {
+	resp := &pluginapi.ContainerAllocateResponse{
+		Envs:   map[string]string{"NVIDIA_VISIBLE_DEVICES": fmt.Sprintf("%d,%d,%d,%d", 4*pod, 4*pod+1, 4*pod+2, 4*pod+3)},
+		Mounts: []*pluginapi.Mount{{ContainerPath: "/usr/local/nvidia", HostPath: "/run/nvidia/driver", ReadOnly: true}},
+	}
+	for i := 0; i < 4; i++ {
+		p := fmt.Sprintf("/dev/nvidia%d", 4*pod+i)
+		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: p, HostPath: p, Permissions: "rw"})
+	}
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// benchData is pods pods x 1 container x 4 devices on two NUMA nodes, with
+// every device registered.
+func benchData(tb testing.TB, pods int) *Data {
+	d := &Data{RegisteredDevices: map[string][]string{"nvidia.com/gpu": {}}}
+	for p := 0; p < pods; p++ {
+		ids := make([]string, 4)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("GPU-%08x-4b1e-9d7a-%012d", p, i)
+		}
+		d.RegisteredDevices["nvidia.com/gpu"] = append(d.RegisteredDevices["nvidia.com/gpu"], ids...)
+		d.PodDeviceEntries = append(d.PodDeviceEntries, PodDevicesEntry{
+			PodUID:        fmt.Sprintf("6f1c2b7e-3a41-4c1e-9d7a-%012d", p),
+			ContainerName: "cuda",
+			ResourceName:  "nvidia.com/gpu",
+			DeviceIDs:     DevicesPerNUMA{0: ids[:2], 1: ids[2:]},
+			AllocResp:     benchAllocResp(tb, p),
+		})
+	}
+	return d
+}
+
+var benchSizes = []int{10, 100, 1000}
+
+// BenchmarkEncode measures the hand-written emitters: checksum plus JSON.
+func BenchmarkEncode(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			d := benchData(b, n)
+			out, err := Encode(d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(out)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Encode(d); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkChecksum measures the checksum emitter alone.
+func BenchmarkChecksum(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			d := benchData(b, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				Checksum(d)
+			}
+		})
+	}
+}
+
+// BenchmarkSpewReference is the kubelet's way: go-spew via dump.ForHash and
+// fnv for the checksum, then encoding/json of mirror structs.
+func BenchmarkSpewReference(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			d := benchData(b, n)
+			out, err := oracleEncode(d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(out)))
+			b.ReportAllocs()
+			for b.Loop() {
+				f := oracleFile{Data: mirror(d), Checksum: uint64(oracleChecksum(d))}
+				if _, err := json.Marshal(f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWrite measures a durable Store.Write (encode, temp file, fsync,
+// rename, directory fsync) into a temporary directory.
+func BenchmarkWrite(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			d := benchData(b, n)
+			s, err := NewStore(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Write(d); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestBenchDataShape keeps the benchmark honest: about 200 bytes of
+// AllocResp per entry, and Encode equal to the reference.
+func TestBenchDataShape(t *testing.T) {
+	d := benchData(t, 10)
+	for _, e := range d.PodDeviceEntries {
+		if n := len(e.AllocResp); n < 150 || n > 260 {
+			t.Errorf("AllocResp is %d bytes, want about 200", n)
+		}
+	}
+	got, err := Encode(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := oracleEncode(d)
+	if string(got) != string(want) {
+		t.Error("Encode differs from the reference on benchmark data")
+	}
+}
+
+// BenchmarkJSON measures the JSON emitter alone (no checksum), into a
+// freshly allocated buffer as Encode does.
+func BenchmarkJSON(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			d := benchData(b, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				var w jsonWriter
+				w.data(make([]byte, 0, encodedSizeHint(d)), d)
+			}
+		})
+	}
+}

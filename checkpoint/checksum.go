@@ -1,0 +1,294 @@
+package checkpoint
+
+import (
+	"io"
+	"slices"
+)
+
+// The checksum is FNV-1a 32 over the text that k8s.io/utils/dump.ForHash
+// (go-spew, "%#v", sorted keys) prints for the kubelet's unexported
+// checkpoint.checkpointData value. Spec §2.4 reduces that printer to a small
+// grammar; this file emits the grammar directly, with no reflection, straight
+// into the hash (the text itself is only materialised for tests and for the
+// V1 checksum). The go-spew based oracle lives in the tests only.
+
+const (
+	fnvOffset32 uint32 = 0x811c9dc5
+	fnvPrime32  uint32 = 0x01000193
+)
+
+// Grammar fragments (spec §2.4). The V2 type names are literally part of the
+// hashed bytes.
+const (
+	gHead      = "(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)"
+	gReg       = " RegisteredDevices:(map[string][]string)"
+	gPodUID    = "{PodUID:(string)"
+	gContainer = " ContainerName:(string)"
+	gResource  = " ResourceName:(string)"
+	gDevices   = " DeviceIDs:(checkpoint.DevicesPerNUMA)"
+	gDevicesV1 = " DeviceIDs:([]string)"
+	gAllocResp = " AllocResp:([]uint8)"
+	gNil       = "<nil>"
+
+	// V1 names as go-spew printed them for the 1.20-1.29 checkpointDataV1
+	// type; the V1 checksum renames them afterwards (spec §2.6).
+	gHeadV1 = "(checkpoint.checkpointDataV1){PodDeviceEntries:([]checkpoint.PodDevicesEntryV1)"
+)
+
+// decDigits is the decimal text of a byte value: digits in d[:n].
+type decDigits struct {
+	d [3]byte
+	n uint8
+}
+
+var byteDec = func() (t [256]decDigits) {
+	for i := range t {
+		switch {
+		case i >= 100:
+			t[i] = decDigits{[3]byte{byte('0' + i/100), byte('0' + i/10%10), byte('0' + i%10)}, 3}
+		case i >= 10:
+			t[i] = decDigits{[3]byte{byte('0' + i/10), byte('0' + i%10)}, 2}
+		default:
+			t[i] = decDigits{[3]byte{byte('0' + i)}, 1}
+		}
+	}
+	return t
+}()
+
+// fnv1a folds p into the FNV-1a 32 state h.
+func fnv1a[T string | []byte](h uint32, p T) uint32 {
+	for i := 0; i < len(p); i++ {
+		h ^= uint32(p[i])
+		h *= fnvPrime32
+	}
+	return h
+}
+
+// hasher emits the grammar into a running FNV-1a 32 state. With keepText it
+// also appends the text to text, for tests and for the V1 checksum.
+type hasher struct {
+	t        *hashTables
+	h        uint32
+	keepText bool
+	text     []byte
+	ikeys    []int64
+	skeys    []string
+}
+
+func newHasher(keepText bool) hasher {
+	return hasher{t: hashTablesOnce(), h: fnvOffset32, keepText: keepText}
+}
+
+func (s *hasher) frag(f *fragment) {
+	if s.keepText {
+		s.text = append(s.text, f.s...)
+	}
+	s.h = f.apply(s.h)
+}
+
+func (s *hasher) char(c byte) {
+	if s.keepText {
+		s.text = append(s.text, c)
+	}
+	s.h = (s.h ^ uint32(c)) * fnvPrime32
+}
+
+func (s *hasher) str(x string) {
+	if s.keepText {
+		s.text = append(s.text, x...)
+	}
+	s.h = fnv1a(s.h, x)
+}
+
+func (s *hasher) int(v int64) {
+	var tmp [20]byte
+	b := appendInt(tmp[:0], v)
+	if s.keepText {
+		s.text = append(s.text, b...)
+	}
+	s.h = fnv1a(s.h, b)
+}
+
+// strList emits STRLIST: <nil>, [] or [a b c], strings raw.
+func (s *hasher) strList(l []string) {
+	if l == nil {
+		s.frag(s.t.nilText)
+		return
+	}
+	s.char('[')
+	for i, x := range l {
+		if i > 0 {
+			s.char(' ')
+		}
+		s.str(x)
+	}
+	s.char(']')
+}
+
+// bytesDec emits BYTES: <nil>, [] or [10 32 255], each byte in decimal. All
+// bytes after the first go through the per-byte tables: one multiply and two
+// lookups per byte instead of hashing 2 to 4 characters.
+func (s *hasher) bytesDec(b []byte) {
+	if b == nil {
+		s.frag(s.t.nilText)
+		return
+	}
+	s.char('[')
+	if len(b) > 0 {
+		d := &byteDec[b[0]]
+		if s.keepText {
+			s.text = append(s.text, d.d[:d.n]...)
+			for _, c := range b[1:] {
+				d := &byteDec[c]
+				s.text = append(s.text, ' ')
+				s.text = append(s.text, d.d[:d.n]...)
+			}
+		}
+		h := fnv1a(s.h, d.d[:d.n])
+		t := s.t
+		l := uint8(h)
+		for _, c := range b[1:] {
+			h = t.byteMul[c]*h + t.byteAdd[c][l]
+			l = t.byteNext[c][l]
+		}
+		s.h = h
+	}
+	s.char(']')
+}
+
+// devMap emits DEVMAP with keys in ascending numeric order.
+func (s *hasher) devMap(m DevicesPerNUMA) {
+	if m == nil {
+		s.frag(s.t.nilText)
+		return
+	}
+	s.ikeys = s.ikeys[:0]
+	for k := range m {
+		s.ikeys = append(s.ikeys, k)
+	}
+	slices.Sort(s.ikeys)
+	s.frag(s.t.mapOpen)
+	for i, k := range s.ikeys {
+		if i > 0 {
+			s.char(' ')
+		}
+		s.int(k)
+		s.char(':')
+		s.strList(m[k])
+	}
+	s.char(']')
+}
+
+// regMap emits REG with keys in byte-wise ascending order.
+func (s *hasher) regMap(m map[string][]string) {
+	if m == nil {
+		s.frag(s.t.nilText)
+		return
+	}
+	s.skeys = s.skeys[:0]
+	for k := range m {
+		s.skeys = append(s.skeys, k)
+	}
+	slices.Sort(s.skeys)
+	s.frag(s.t.mapOpen)
+	for i, k := range s.skeys {
+		if i > 0 {
+			s.char(' ')
+		}
+		s.str(k)
+		s.char(':')
+		s.strList(m[k])
+	}
+	s.char(']')
+}
+
+// entryHead emits the start of an ENTRY, up to the DeviceIDs field.
+func (s *hasher) entryHead(uid, ctr, res string) {
+	s.frag(s.t.podUID)
+	s.str(uid)
+	s.frag(s.t.container)
+	s.str(ctr)
+	s.frag(s.t.resource)
+	s.str(res)
+}
+
+// entryTail emits the AllocResp field and closes the ENTRY.
+func (s *hasher) entryTail(alloc []byte) {
+	s.frag(s.t.allocResp)
+	s.bytesDec(alloc)
+	s.char('}')
+}
+
+// data emits HASHED for the V2 layout.
+func (s *hasher) data(d *Data) {
+	s.frag(s.t.head)
+	if d.PodDeviceEntries == nil {
+		s.frag(s.t.nilText)
+	} else {
+		s.char('[')
+		for i := range d.PodDeviceEntries {
+			if i > 0 {
+				s.char(' ')
+			}
+			e := &d.PodDeviceEntries[i]
+			s.entryHead(e.PodUID, e.ContainerName, e.ResourceName)
+			s.frag(s.t.devices)
+			s.devMap(e.DeviceIDs)
+			s.entryTail(e.AllocResp)
+		}
+		s.char(']')
+	}
+	s.frag(s.t.reg)
+	s.regMap(d.RegisteredDevices)
+	s.char('}')
+}
+
+// appendInt appends the decimal form of v.
+func appendInt(b []byte, v int64) []byte {
+	if v >= 0 && v < 10 {
+		return append(b, byte('0'+v))
+	}
+	var tmp [20]byte
+	i := len(tmp)
+	u := uint64(v)
+	if v < 0 {
+		u = -u
+	}
+	for u >= 10 {
+		i--
+		tmp[i] = byte('0' + u%10)
+		u /= 10
+	}
+	i--
+	tmp[i] = byte('0' + u)
+	if v < 0 {
+		b = append(b, '-')
+	}
+	return append(b, tmp[i:]...)
+}
+
+// Checksum returns the kubelet's checksum of d: FNV-1a 32 over the spec §2.4
+// grammar text, which is what the kubelet's go-spew printer produces for the
+// same values. nil and empty slices and maps hash differently. A nil d is
+// treated as the zero Data. Checksum does not modify d and is safe for
+// concurrent use as long as d is not being modified.
+func Checksum(d *Data) uint32 {
+	if d == nil {
+		d = &Data{}
+	}
+	s := newHasher(false)
+	s.data(d)
+	return s.h
+}
+
+// writeHashInput writes the text whose FNV-1a 32 sum is Checksum(d). It
+// exists for tests and tools that compare the text with the kubelet's.
+func writeHashInput(w io.Writer, d *Data) error {
+	if d == nil {
+		d = &Data{}
+	}
+	s := newHasher(true)
+	s.data(d)
+	_, err := w.Write(s.text)
+	return err
+}

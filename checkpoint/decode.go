@@ -1,0 +1,110 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// fileV2 and fileV1 are the two on-disk shapes. Decoding uses encoding/json,
+// like the kubelet: keys match case-insensitively, unknown keys are ignored,
+// null gives nil, [] and {} give non-nil empty values, and "" gives a non-nil
+// empty AllocResp. Because the exported types carry the kubelet's type names,
+// decoder errors read exactly like the kubelet's (for example "json: cannot
+// unmarshal array into Go struct field PodDevicesEntry.Data.PodDeviceEntries.
+// DeviceIDs of type checkpoint.DevicesPerNUMA").
+type fileV2 struct {
+	Data     Data
+	Checksum uint64
+}
+
+type fileV1 struct {
+	Data     dataV1
+	Checksum uint64
+}
+
+// parseV2 decodes b into a fresh V2 file whose entry list and registered
+// devices start as non-nil empty values, as the kubelet's reader does; a
+// file that omits those keys therefore hashes them as [] and map[].
+func parseV2(b []byte) (*fileV2, error) {
+	f := &fileV2{Data: Data{
+		PodDeviceEntries:  []PodDevicesEntry{},
+		RegisteredDevices: map[string][]string{},
+	}}
+	if err := json.Unmarshal(b, f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// parseV1 is parseV2 for the pre-1.20 layout, with the same initial values
+// as the 1.20-1.29 fallback reader.
+func parseV1(b []byte) (*fileV1, error) {
+	f := &fileV1{Data: dataV1{
+		PodDeviceEntries:  []podDevicesEntryV1{},
+		RegisteredDevices: map[string][]string{},
+	}}
+	if err := json.Unmarshal(b, f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// classify turns the V2 decoder's error into ErrNotJSON or ErrUnknownLayout.
+// It is only called once the V1 shape has failed too.
+func classify(v2err error) error {
+	var syn *json.SyntaxError
+	if errors.As(v2err, &syn) {
+		return fmt.Errorf("%w: %w", ErrNotJSON, v2err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnknownLayout, v2err)
+}
+
+// Decode parses a whole checkpoint file and verifies its checksum.
+//
+// The V2 layout is tried first. A file that only fits the V1 layout, or fits
+// both (no entry has DeviceIDs) but carries a valid V1 checksum, is accepted
+// as LayoutV1 and converted the way kubelets 1.20 to 1.29 did: all devices of
+// an entry under NUMA node 0. Kubelet 1.36 itself rejects V1 files.
+//
+// Errors: ErrNotJSON (wrapping the *json.SyntaxError), ErrUnknownLayout
+// (wrapping the decoder's error), or *ChecksumError; all match ErrCorrupt.
+// Decode never panics, whatever b holds, and does not retain b.
+func Decode(b []byte) (*Data, Layout, error) {
+	v2, v2err := parseV2(b)
+	if v2err == nil {
+		computed := uint64(Checksum(&v2.Data))
+		if v2.Checksum == computed {
+			return &v2.Data, LayoutV2, nil
+		}
+		if v1, err := parseV1(b); err == nil && v1.Checksum == uint64(checksumV1(&v1.Data)) {
+			return v1.Data.toV2(), LayoutV1, nil
+		}
+		return nil, LayoutV2, &ChecksumError{Stored: v2.Checksum, Computed: computed, Layout: LayoutV2}
+	}
+	v1, err := parseV1(b)
+	if err != nil {
+		return nil, LayoutV2, classify(v2err)
+	}
+	computed := uint64(checksumV1(&v1.Data))
+	if v1.Checksum != computed {
+		return nil, LayoutV1, &ChecksumError{Stored: v1.Checksum, Computed: computed, Layout: LayoutV1}
+	}
+	return v1.Data.toV2(), LayoutV1, nil
+}
+
+// DecodeUnverified parses a checkpoint file without checking its checksum,
+// for inspection tools. It returns the data (V1 converted to NUMA node 0),
+// the layout the file fits (V2 preferred) and the stored checksum. Errors
+// are ErrNotJSON or ErrUnknownLayout as for Decode.
+func DecodeUnverified(b []byte) (*Data, Layout, uint64, error) {
+	v2, v2err := parseV2(b)
+	if v2err == nil {
+		return &v2.Data, LayoutV2, v2.Checksum, nil
+	}
+	v1, err := parseV1(b)
+	if err != nil {
+		return nil, LayoutV2, 0, classify(v2err)
+	}
+	return v1.Data.toV2(), LayoutV1, v1.Checksum, nil
+}

@@ -1,0 +1,74 @@
+// Package checkpoint reads and writes the kubelet device manager's
+// kubelet_internal_checkpoint file, byte-compatible with kubelet v1.36.0, and
+// keeps it durable on disk.
+//
+// The package knows nothing about plugins or pods: it maps between the file
+// and Data (allocations per pod, container and resource, with device IDs per
+// NUMA node and the plugin's raw AllocateResponse bytes, plus the healthy
+// devices per resource). See spec §2 for the format.
+//
+// # Format
+//
+// Encode produces exactly the bytes the kubelet's encoding/json writes for
+// the same values, so a kubelet accepts kdm's files and kdm's golden tests
+// compare byte for byte with files the real kubelet wrote
+// (testdata/kubelet-1.36-checkpoints). nil and empty slices and maps are
+// different values (null versus [] or {}; "<nil>" versus "[]" in the
+// checksum), and Decode keeps the difference so that a decoded file verifies
+// and re-encodes to the same bytes.
+//
+// Decode uses encoding/json, like the kubelet, so it has the kubelet's
+// quirks: keys match case-insensitively, unknown keys are ignored, a missing
+// entry list or registered-device map reads as empty, and JSON errors read
+// exactly like the kubelet's. It also reads the pre-1.20 (V1) layout, with
+// its different checksum, and converts it the way kubelets 1.20 to 1.29 did
+// (all devices under NUMA node 0); kubelet 1.36 itself rejects V1 files.
+//
+// # Checksum
+//
+// The kubelet's checksum is FNV-1a 32 over go-spew's "%#v" dump of its
+// unexported checkpoint.checkpointData value, so Go package and type names
+// are part of the hashed text. Rather than declaring look-alike types and
+// running reflection, Checksum emits the grammar of that text (spec §2.4)
+// directly into the hash. Two observations make it fast: an FNV-1a step only
+// XORs into the low byte, so hashing any constant piece of text is one
+// multiply plus one lookup keyed by the incoming low byte; and most of the
+// hashed text is the decimal dump of AllocResp bytes, which therefore costs
+// one such step per byte. The tables are built once on first use and never
+// change afterwards; they are the package's only package-level state. Tests
+// prove the emitter identical to the real go-spew printer (the kubelet's
+// way, run on a checkpointData type declared in the test package) by
+// fuzzing, and to the kubelet's output on every golden file. Encode computes
+// the checksum on a second goroutine for large data and joins it before it
+// returns.
+//
+// Encode refuses strings that are not valid UTF-8 (ErrInvalidUTF8): the
+// kubelet would write them as U+FFFD while hashing the original bytes,
+// producing a file that never verifies.
+//
+// # Durable store
+//
+// Store owns the file in one directory. Write goes through a temporary file
+// in the same directory (a dot-file, so the kubelet's directory scans ignore
+// it), fsyncs it, renames it over the checkpoint and, unlike the kubelet,
+// also fsyncs the directory, so a crash leaves either the old or the new
+// file. NewStore removes temporary files a killed writer left behind. The
+// file mode is 0600; a missing directory is created 0755, the kubelet's
+// mode, because it is the device-plugin socket directory that plugins must
+// traverse.
+//
+// By default Read quarantines an unusable file (bad JSON, unknown layout,
+// checksum mismatch): it renames it to
+// "kubelet_internal_checkpoint.corrupt-<UTC time>" and returns a
+// *QuarantineError, so the caller learns about it and the evidence is not
+// silently overwritten by the next write. WithQuarantine(false) restores
+// the kubelet 1.36 behaviour (report only; the next Write replaces the file).
+//
+// # Errors
+//
+// Callers branch with errors.Is on ErrNotFound and ErrCorrupt (which also
+// matches ErrNotJSON, ErrUnknownLayout and *ChecksumError), and use
+// errors.As for *FileError (the path), *ChecksumError (both sums) and
+// *QuarantineError (where the file went). Texts reuse the kubelet's strings
+// ("checkpoint is not found", "checkpoint is corrupted").
+package checkpoint

@@ -1,0 +1,89 @@
+package checkpoint
+
+import (
+	"strconv"
+	"sync"
+)
+
+// FNV-1a 32 steps are h = (h ^ c) * p. Because the XOR only touches the low
+// byte, h ^ c == h + ((L ^ c) - L) with L = h & 0xff, so one step is
+// h*p + p*((L^c) - L): a multiply plus a term that depends only on the
+// incoming low byte. By induction, for any fixed byte string s,
+//
+//	fnv(h, s) == p^len(s) * h + add_s[h & 0xff]
+//
+// and the low byte after s depends only on the low byte before it. So the
+// hash of a constant piece of text costs one multiply and one table lookup,
+// whatever its length. fragment applies this to the grammar's constant
+// fragments, and byteTables to the " <decimal>" text of each AllocResp byte,
+// which is most of the hashed text. The tests prove the result identical
+// to plain FNV-1a over the text (and to the kubelet's go-spew oracle).
+
+// fragment is a constant piece of grammar text with its FNV-1a transform.
+type fragment struct {
+	s   string
+	mul uint32      // p^len(s)
+	add [256]uint32 // indexed by the incoming low byte
+}
+
+func newFragment(s string) *fragment {
+	f := &fragment{s: s, mul: pow32(fnvPrime32, len(s))}
+	for l := range f.add {
+		f.add[l] = fnv1a(uint32(l), []byte(s)) - f.mul*uint32(l)
+	}
+	return f
+}
+
+// apply returns fnv(h, f.s).
+func (f *fragment) apply(h uint32) uint32 { return f.mul*h + f.add[h&0xff] }
+
+func pow32(x uint32, n int) uint32 {
+	r := uint32(1)
+	for ; n > 0; n-- {
+		r *= x
+	}
+	return r
+}
+
+// hashTables holds every precomputed transform. It is built once, on first
+// use, and never modified afterwards (about 330 KiB).
+type hashTables struct {
+	head, headV1, reg, podUID, container, resource, devices, devicesV1, allocResp, nilText, mapOpen *fragment
+
+	// For the text " <decimal of c>" that follows every AllocResp byte c
+	// but the first: byteMul[c] is p^len, and for an incoming low byte L,
+	// byteAdd[c][L] is the additive term and byteNext[c][L] the low byte
+	// afterwards. The low-byte chain is the only sequential dependency; a
+	// separate 64 KiB byte table, addressed by row, keeps it to one L1 load
+	// per AllocResp byte while byteAdd is looked up off the critical path.
+	byteMul  [256]uint32
+	byteNext [256][256]uint8
+	byteAdd  [256][256]uint32
+}
+
+var hashTablesOnce = sync.OnceValue(buildHashTables)
+
+func buildHashTables() *hashTables {
+	t := &hashTables{
+		head:      newFragment(gHead),
+		headV1:    newFragment(gHeadV1),
+		reg:       newFragment(gReg),
+		podUID:    newFragment(gPodUID),
+		container: newFragment(gContainer),
+		resource:  newFragment(gResource),
+		devices:   newFragment(gDevices),
+		devicesV1: newFragment(gDevicesV1),
+		allocResp: newFragment(gAllocResp),
+		nilText:   newFragment(gNil),
+		mapOpen:   newFragment("map["),
+	}
+	for c := 0; c < 256; c++ {
+		f := newFragment(" " + strconv.Itoa(c))
+		t.byteMul[c] = f.mul
+		for l := 0; l < 256; l++ {
+			t.byteAdd[c][l] = f.add[l]
+			t.byteNext[c][l] = uint8(f.mul*uint32(l) + f.add[l])
+		}
+	}
+	return t
+}

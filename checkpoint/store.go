@@ -1,0 +1,259 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+const (
+	// tempPrefix starts the name of every temporary file Write creates. The
+	// leading dot matters: the kubelet's ShouldResetExtendedResourceCapacity
+	// and plugin-socket cleanup ignore dot-files in the socket directory.
+	tempPrefix = "." + FileName + ".tmp-"
+
+	// DirMode is the mode NewStore creates a missing directory with. It is
+	// the kubelet's: the directory is the device-plugin socket directory,
+	// which plugin processes must be able to traverse to reach kubelet.sock.
+	// The checkpoint file itself is always 0600.
+	DirMode os.FileMode = 0o755
+)
+
+// Store keeps the checkpoint file of one directory durable.
+//
+// All methods are safe for concurrent use; they are serialised by one mutex,
+// so a Read never observes, nor quarantines, a file another method of the
+// same Store is replacing. Another process writing the same file (a kubelet)
+// is not coordinated with; every replacement is an atomic rename, so a reader
+// sees either the old or the new file.
+type Store struct {
+	dir        string
+	path       string
+	logger     klog.Logger
+	quarantine bool
+	clock      clock.PassiveClock
+
+	mu sync.Mutex
+}
+
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithLogger sets the logger for the store's events (quarantine, stale temp
+// file removal, writes at V(4)). The default discards everything.
+func WithLogger(logger klog.Logger) StoreOption {
+	return func(s *Store) { s.logger = logger }
+}
+
+// WithQuarantine turns quarantining of unusable files on (the default) or
+// off. Off is the kubelet 1.36 behaviour: Read only reports the error and the
+// next Write replaces the file.
+func WithQuarantine(on bool) StoreOption {
+	return func(s *Store) { s.quarantine = on }
+}
+
+// WithClock sets the clock that timestamps quarantined files. The default
+// is the real clock.
+func WithClock(c clock.PassiveClock) StoreOption {
+	return func(s *Store) { s.clock = c }
+}
+
+// NewStore returns the Store for dir/kubelet_internal_checkpoint. It creates
+// dir with DirMode if it is missing, and removes temporary files that a
+// writer killed mid-write left behind (only names starting with
+// ".kubelet_internal_checkpoint.tmp-"; the kubelet's own temp files are not
+// touched). It fails if dir is empty, an option is invalid, or the directory
+// cannot be created, listed or cleaned.
+func NewStore(dir string, opts ...StoreOption) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("checkpoint store: empty directory")
+	}
+	s := &Store{
+		dir:        filepath.Clean(dir),
+		logger:     klog.Logger{}, // the zero logr.Logger discards everything
+		quarantine: true,
+		clock:      clock.RealClock{},
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(s)
+		}
+	}
+	if s.clock == nil {
+		return nil, errors.New("checkpoint store: WithClock(nil)")
+	}
+	s.path = filepath.Join(s.dir, FileName)
+	if err := os.MkdirAll(s.dir, DirMode); err != nil {
+		return nil, fmt.Errorf("checkpoint store: create directory: %w", err)
+	}
+	if err := s.removeStaleTemps(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) removeStaleTemps() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint store: list directory: %w", err)
+	}
+	removed := false
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), tempPrefix) || !e.Type().IsRegular() {
+			continue
+		}
+		p := filepath.Join(s.dir, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("checkpoint store: remove stale temporary file: %w", err)
+		}
+		removed = true
+		s.logger.V(2).Info("Removed stale checkpoint temporary file", "path", p)
+	}
+	if removed {
+		return syncDir(s.dir)
+	}
+	return nil
+}
+
+// Path returns the checkpoint file's path.
+func (s *Store) Path() string { return s.path }
+
+// Write replaces the checkpoint with Encode(d), durably: it writes a
+// temporary file in the same directory (mode 0600, name starting with a dot),
+// fsyncs it, closes it, renames it over the checkpoint and fsyncs the
+// directory. After a crash at any point the file is either the old or the
+// new checkpoint. On failure the temporary file is removed and the old
+// checkpoint is left as it was, except when only the final directory fsync
+// failed (the new file is in place, but its durability is unknown).
+// Errors are *FileError; ErrInvalidUTF8 is reported before touching disk.
+func (s *Store) Write(d *Data) error {
+	b, err := Encode(d)
+	if err != nil {
+		return &FileError{Path: s.path, Err: err}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := writeFileAtomic(s.dir, s.path, b); err != nil {
+		return &FileError{Path: s.path, Err: err}
+	}
+	entries := 0
+	if d != nil {
+		entries = len(d.PodDeviceEntries)
+	}
+	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", len(b), "entries", entries)
+	return nil
+}
+
+func writeFileAtomic(dir, path string, b []byte) (err error) {
+	f, err := os.CreateTemp(dir, tempPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("create temporary file: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(b); err != nil {
+		return fmt.Errorf("write temporary file: %w", err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("sync temporary file: %w", err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("close temporary file: %w", err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename temporary file: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return err // the rename happened: keep the new file
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so that renames and removals in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory for sync: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	return nil
+}
+
+// Read reads, decodes and verifies the checkpoint (see Decode).
+//
+// A missing file gives a *FileError matching ErrNotFound. Any other failure
+// is a *FileError naming the path and the reason. When the file exists but
+// is unusable (errors.Is(err, ErrCorrupt)) and quarantine is on, the file is
+// renamed aside to "kubelet_internal_checkpoint.corrupt-<UTC time>" (with a
+// "-N" suffix if that name is taken), the directory is fsynced, and a
+// *QuarantineError wrapping the *FileError is returned, so the caller can
+// report it and the evidence survives the next Write. If that rename fails,
+// the *FileError says so and the file stays where it was.
+func (s *Store) Read() (*Data, Layout, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	f, err := os.Open(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, LayoutV2, &FileError{Path: s.path, Err: ErrNotFound}
+	}
+	if err != nil {
+		return nil, LayoutV2, &FileError{Path: s.path, Err: err}
+	}
+	fi, err := f.Stat()
+	var b []byte
+	if err == nil {
+		b, err = io.ReadAll(f)
+	}
+	_ = f.Close()
+	if err != nil {
+		return nil, LayoutV2, &FileError{Path: s.path, Err: fmt.Errorf("read: %w", err)}
+	}
+
+	d, layout, err := Decode(b)
+	if err == nil {
+		return d, layout, nil
+	}
+	ferr := &FileError{Path: s.path, Err: err}
+	if !s.quarantine || !errors.Is(err, ErrCorrupt) {
+		return nil, layout, ferr
+	}
+	return nil, layout, s.quarantineFile(fi, ferr)
+}
+
+// Remove deletes the checkpoint file and fsyncs the directory. A missing
+// file is not an error. Errors are *FileError.
+func (s *Store) Remove() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := os.Remove(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
+	if err != nil {
+		return &FileError{Path: s.path, Err: err}
+	}
+	return nil
+}

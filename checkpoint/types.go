@@ -1,0 +1,68 @@
+package checkpoint
+
+import "fmt"
+
+// FileName is the base name of the device manager checkpoint. The kubelet
+// hard-codes it inside the device-plugin socket directory.
+const FileName = "kubelet_internal_checkpoint"
+
+// DevicesPerNUMA maps a NUMA node id to the device IDs of one allocation that
+// are attached to that node. The key -1 means "no topology information". A
+// device attached to several nodes is listed under each of them.
+//
+// The type name is part of the checksummed text ("checkpoint.DevicesPerNUMA"),
+// so it must not be renamed.
+type DevicesPerNUMA map[int64][]string
+
+// PodDevicesEntry is one (pod, container, resource) allocation.
+//
+// Field names and order are part of both the JSON keys and the checksummed
+// text; they must not change.
+type PodDevicesEntry struct {
+	PodUID        string
+	ContainerName string
+	ResourceName  string
+	DeviceIDs     DevicesPerNUMA
+	// AllocResp holds the protobuf wire bytes of the plugin's
+	// v1beta1.ContainerAllocateResponse exactly as stored. nil is written as
+	// JSON null, a non-nil empty slice as "".
+	AllocResp []byte
+}
+
+// Data is the content of a checkpoint, without its checksum.
+//
+// nil and empty are different values here, because the kubelet's checksum
+// distinguishes them: a nil PodDeviceEntries is written as null and hashed as
+// "<nil>", an empty non-nil one as [] and "[]". The same holds for every
+// slice and map below. Decode keeps the distinction, so a decoded Data
+// re-encodes to the same bytes.
+type Data struct {
+	PodDeviceEntries []PodDevicesEntry
+	// RegisteredDevices lists the healthy device IDs per resource name. The
+	// kubelet only uses the keys when it reads the file back.
+	RegisteredDevices map[string][]string
+}
+
+// Layout identifies the on-disk shape a checkpoint was decoded from.
+type Layout int
+
+const (
+	// LayoutV2 is the current layout (kubelet 1.20 and later): DeviceIDs is
+	// an object keyed by NUMA node.
+	LayoutV2 Layout = iota
+	// LayoutV1 is the pre-1.20 layout: DeviceIDs is a flat list of IDs and
+	// the checksum uses the 1.19 type names (spec §2.6).
+	LayoutV1
+)
+
+// String returns "V2" or "V1".
+func (l Layout) String() string {
+	switch l {
+	case LayoutV2:
+		return "V2"
+	case LayoutV1:
+		return "V1"
+	default:
+		return fmt.Sprintf("Layout(%d)", int(l))
+	}
+}

@@ -1,0 +1,278 @@
+package devicemanager
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
+)
+
+// Allocate assigns devices to one container of a pod being admitted. Callers admit a pod's
+// init containers first, in order, then its app containers, as the kubelet's topology manager
+// does; an error is the reason to reject the pod (the kubelet reports it as
+// "Allocate failed due to <err>, which is unexpected").
+//
+// Devices of regular init containers may be reused by the pod's later containers; sidecars
+// (restartable init containers) and app containers take what they use out of that pool, so
+// their sets are pairwise disjoint.
+//
+// Allocation is transactional: devices are reserved while the plugin is asked, and a failure
+// at any step releases every reservation of the call and records nothing. A device reserved
+// by an allocation in flight is never handed to another container, whatever runs concurrently.
+func (m *ManagerImpl) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
+	podUID := string(pod.UID)
+	m.mu.Lock()
+	if m.devicesToReuse[podUID] == nil {
+		m.devicesToReuse[podUID] = map[string]sets.Set[string]{}
+	}
+	reuse := cloneResourceSets(m.devicesToReuse[podUID])
+	m.mu.Unlock()
+
+	if err := m.allocateContainer(ctx, pod, container, reuse); err != nil {
+		return err
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pool := m.devicesToReuse[podUID]
+	if pool == nil {
+		return nil
+	}
+	held := m.pods.containerAllDevices(podUID, container.Name)
+	if isRegularInitContainer(pod, container.Name) {
+		for res, ids := range held {
+			if pool[res] == nil {
+				pool[res] = sets.New[string]()
+			}
+			pool[res] = pool[res].Union(ids)
+		}
+		return nil
+	}
+	for res, ids := range held {
+		if pool[res] != nil {
+			pool[res] = pool[res].Difference(ids)
+		}
+	}
+	return nil
+}
+
+// AllocatePod exists for interface parity with the kubelet v1.36 (pod-level resource
+// managers); like the kubelet's, it does nothing.
+func (m *ManagerImpl) AllocatePod(*v1.Pod) error { return nil }
+
+// pick is what one resource of a container will receive.
+type pick struct {
+	resource string
+	ids      sets.Set[string]
+	devices  checkpoint.DevicesPerNUMA
+	resp     *pluginapi.ContainerAllocateResponse
+}
+
+// allocateContainer runs the per-container algorithm: select devices per resource, call the
+// plugin's Allocate, and commit everything, with the checkpoint write, or nothing.
+func (m *ManagerImpl) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, reuse map[string]sets.Set[string]) error {
+	podUID := string(pod.UID)
+	var picks []*pick
+	release := func() {
+		m.mu.Lock()
+		for _, p := range picks {
+			m.releaseLocked(p.resource, p.ids)
+		}
+		m.mu.Unlock()
+	}
+	gcDone := false
+	for _, res := range sortedLimitNames(c) {
+		qty := c.Resources.Limits[v1.ResourceName(res)]
+		if isDRAMapped(pod, c.Name, res) {
+			continue
+		}
+		m.mu.Lock()
+		plugin := m.isDevicePluginResourceLocked(res)
+		m.mu.Unlock()
+		if !plugin {
+			continue
+		}
+		if !gcDone {
+			m.UpdateAllocatedDevices()
+			gcDone = true
+		}
+		ids, err := m.devicesToAllocateWithDeferral(ctx, pod, c.Name, res, int(qty.Value()), reuse[res])
+		if err != nil {
+			release()
+			return err
+		}
+		if ids.Len() == 0 {
+			continue
+		}
+		p := &pick{resource: res, ids: ids}
+		picks = append(picks, p)
+		if err := m.callAllocate(ctx, p); err != nil {
+			release()
+			return err
+		}
+	}
+	if len(picks) == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	for _, p := range picks {
+		m.releaseLocked(p.resource, p.ids)
+		m.pods.insert(podUID, c.Name, p.resource, p.devices, p.resp)
+	}
+	m.allocated = m.pods.devices()
+	m.mu.Unlock()
+	if err := m.writeCheckpoint(); err != nil {
+		m.mu.Lock()
+		for _, p := range picks {
+			delete(m.pods[podUID][c.Name], p.resource)
+		}
+		m.allocated = m.pods.devices()
+		m.mu.Unlock()
+		return err
+	}
+	m.log.V(3).Info("Allocated devices to container", "pod", klog.KObj(pod), "containerName", c.Name, "resources", len(picks))
+	return nil
+}
+
+// callAllocate asks the resource's plugin to allocate p.ids and fills in the response and the
+// per-NUMA record. No lock is held during the RPC.
+func (m *ManagerImpl) callAllocate(ctx context.Context, p *pick) error {
+	m.mu.Lock()
+	info, ok := m.endpoints[p.resource]
+	if !ok {
+		m.mu.Unlock()
+		return fmt.Errorf("unknown Device Plugin %s", p.resource)
+	}
+	devs := checkpoint.DevicesPerNUMA{}
+	for _, id := range sets.List(p.ids) {
+		d, ok := m.allDevices[p.resource][id]
+		if !ok {
+			m.mu.Unlock()
+			return fmt.Errorf("device %s of resource %s is no longer reported by its plugin", id, p.resource)
+		}
+		if d.Topology == nil || len(d.Topology.Nodes) == 0 {
+			devs[noTopology] = append(devs[noTopology], id)
+			continue
+		}
+		for _, n := range d.Topology.Nodes {
+			devs[n.ID] = append(devs[n.ID], id)
+		}
+	}
+	m.mu.Unlock()
+
+	start := m.cfg.Clock.Now()
+	resp, err := info.ep.Allocate(ctx, sets.List(p.ids))
+	m.metrics.allocDuration.WithLabelValues(p.resource).Observe(m.cfg.Clock.Since(start).Seconds())
+	if err != nil {
+		return err
+	}
+	if len(resp.ContainerResponses) == 0 {
+		return fmt.Errorf("no containers return in allocation response %v", resp)
+	}
+	p.devices, p.resp = devs, resp.ContainerResponses[0]
+	return nil
+}
+
+// releaseLocked drops reservations made by an allocation. Callers hold mu.
+func (m *ManagerImpl) releaseLocked(res string, ids sets.Set[string]) {
+	if m.pending[res] == nil {
+		return
+	}
+	m.pending[res] = m.pending[res].Difference(ids)
+	if m.pending[res].Len() == 0 {
+		delete(m.pending, res)
+	}
+}
+
+// UpdateAllocatedDevices garbage-collects the devices of pods that are no longer active. It
+// does nothing until every pod source is ready, so checkpointed assignments survive start-up.
+// No checkpoint is written (the next write drops the removed pods).
+func (m *ManagerImpl) UpdateAllocatedDevices() {
+	m.mu.Lock()
+	src := m.sources
+	m.mu.Unlock()
+	if src.SourcesReady != nil && !src.SourcesReady() {
+		return
+	}
+	active := sets.New[string]()
+	if src.ActivePods != nil {
+		for _, p := range src.ActivePods() {
+			active.Insert(string(p.UID))
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var removed []string
+	for uid := range m.pods {
+		if !active.Has(uid) {
+			removed = append(removed, uid)
+		}
+	}
+	for uid := range m.devicesToReuse {
+		if !active.Has(uid) {
+			delete(m.devicesToReuse, uid)
+		}
+	}
+	if len(removed) == 0 {
+		return
+	}
+	sort.Strings(removed)
+	m.log.V(3).Info("Removed devices of pods that are no longer active", "podUIDs", removed)
+	for _, uid := range removed {
+		delete(m.pods, uid)
+	}
+	m.allocated = m.pods.devices()
+}
+
+func cloneResourceSets(in map[string]sets.Set[string]) map[string]sets.Set[string] {
+	out := make(map[string]sets.Set[string], len(in))
+	for k, v := range in {
+		out[k] = v.Clone()
+	}
+	return out
+}
+
+func sortedLimitNames(c *v1.Container) []string {
+	names := make([]string, 0, len(c.Resources.Limits))
+	for n := range c.Resources.Limits {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// isRegularInitContainer reports whether name is an init container that is not a sidecar.
+func isRegularInitContainer(pod *v1.Pod, name string) bool {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name == name {
+			return !isRestartable(c)
+		}
+	}
+	return false
+}
+
+func isRestartable(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// isDRAMapped reports whether the container's extended resource is served by a DRA claim
+// (pod.Status.ExtendedResourceClaimStatus), in which case device plugins stay out of it.
+func isDRAMapped(pod *v1.Pod, container, res string) bool {
+	st := pod.Status.ExtendedResourceClaimStatus
+	if st == nil {
+		return false
+	}
+	for _, rm := range st.RequestMappings {
+		if rm.ContainerName == container && rm.ResourceName == res {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,82 @@
+package devicemanager
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/go-logr/logr"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// BenchmarkListAndWatchUpdate measures one device-list update end to end: the plugin sends a
+// list over its ListAndWatch stream, the manager replaces the device sets, writes the
+// checkpoint durably, and GetCapacity reflects the change.
+func BenchmarkListAndWatchUpdate(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("devices=%d", n), func(b *testing.B) {
+			dir := shortDir(b)
+			m := testManager(b, dir, Config{Logger: logr.Discard(), Policy: KDMPolicy()}, Sources{})
+			devs := devices(pluginapi.Healthy, ids("dev-", n)...)
+			p := testPlugin(b, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devs)
+			waitFor(b, m, "devices", func() bool { return capacityIs(m, gpu, int64(n), int64(n)) })
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				want := int64(n)
+				health := pluginapi.Healthy
+				if i%2 == 0 {
+					health, want = pluginapi.Unhealthy, int64(n-1)
+				}
+				m.mu.Lock()
+				changed := m.deviceChange
+				m.mu.Unlock()
+				if err := p.SetHealth("dev-0", health); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					<-changed // closed only after the checkpoint write
+					if capacityIs(m, gpu, int64(n), want) {
+						break
+					}
+					m.mu.Lock()
+					changed = m.deviceChange
+					m.mu.Unlock()
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAllocate measures admitting one pod with one container asking for one device, with
+// K pods already allocated: the real Allocate RPC and the durable checkpoint write included.
+func BenchmarkAllocate(b *testing.B) {
+	for _, k := range []int{0, 100, 1000} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			dir := shortDir(b)
+			pods := newPodList()
+			m := testManager(b, dir, Config{Logger: logr.Discard()}, Sources{ActivePods: pods.active})
+			testPlugin(b, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, ids("dev-", k+1)...), envAllocator("GPU"))
+			waitFor(b, m, "devices", func() bool { return capacityIs(m, gpu, int64(k+1), int64(k+1)) })
+			ctx := context.Background()
+			for i := 0; i < k; i++ {
+				pod := testPod(fmt.Sprintf("pod-%d", i), container("c", map[string]int64{gpu: 1}))
+				pods.add(pod)
+				if err := m.Allocate(ctx, pod, &pod.Spec.Containers[0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				pod := testPod(fmt.Sprintf("bench-%d", i), container("c", map[string]int64{gpu: 1}))
+				pods.add(pod)
+				if err := m.Allocate(ctx, pod, &pod.Spec.Containers[0]); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				pods.remove(string(pod.UID))
+				m.UpdateAllocatedDevices()
+				b.StartTimer()
+			}
+		})
+	}
+}

@@ -1,0 +1,149 @@
+package devicemanager
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/kdm-project/kdm/endpoint"
+)
+
+// DefaultGracePeriod is how long a resource whose plugin went away keeps its capacity
+// before it is removed (the kubelet's endpointStopGracePeriod).
+const DefaultGracePeriod = 5 * time.Minute
+
+// KubeletSocketName is the name of the registration socket inside the plugin directory.
+const KubeletSocketName = "kubelet.sock"
+
+// Config describes a ManagerImpl. The zero value, once defaulted, behaves like the kubelet
+// v1.36 device manager on /var/lib/kubelet/device-plugins.
+type Config struct {
+	// PluginDir holds kubelet.sock, the plugins' sockets and the checkpoint.
+	// Default: pluginapi.DevicePluginPath. Must be absolute.
+	PluginDir string
+
+	// PluginWatcherDir, when set, enables the plugins_registry registration path: every socket
+	// created there is asked for its pluginregistration v1 GetInfo and, for a DevicePlugin,
+	// connected like a Register call. Typically <root-dir>/plugins_registry.
+	PluginWatcherDir string
+
+	// GracePeriod is how long a stopped endpoint keeps its resource. Default DefaultGracePeriod.
+	GracePeriod time.Duration
+
+	// Endpoint carries the dial and RPC deadlines used for every plugin.
+	Endpoint endpoint.Config
+
+	// Clock drives grace periods and stop times. Default: the real clock.
+	Clock clock.Clock
+
+	// Logger is the base logger. Default: klog.Background().
+	Logger klog.Logger
+
+	// Registerer receives the manager's metrics. Nil: metrics are kept but not registered.
+	Registerer prometheus.Registerer
+
+	// QuarantineCorruptCheckpoint renames an unreadable checkpoint aside
+	// (kubelet_internal_checkpoint.corrupt-<time>) instead of letting the next write replace it.
+	// The kubelet never does this; kdm's default is to keep the evidence.
+	QuarantineCorruptCheckpoint *bool
+
+	// TopologyAffinity supplies each container's NUMA affinity hint (the topology manager's
+	// store). Nil means no hint: every device counts as "no affinity".
+	TopologyAffinity AffinityStore
+
+	// NUMANodes are the machine's NUMA node IDs, used to bound topology hints.
+	NUMANodes []int
+
+	// Policy selects kdm's improvements over the kubelet. The zero value is kubelet-1.36 behaviour.
+	Policy Policy
+}
+
+// Policy switches on behaviour that differs from the kubelet v1.36. Each field is off in the
+// zero value, which replays the kubelet exactly.
+type Policy struct {
+	// DeferAdmission makes Allocate wait, up to DeferAdmissionTimeout, for a plugin that is
+	// known from the checkpoint but has not re-registered yet, instead of failing with
+	// "no healthy devices present".
+	DeferAdmission        bool
+	DeferAdmissionTimeout time.Duration
+
+	// KeepCompletedInitDevices treats a container that holds a checkpointed allocation, in a pod
+	// that has a running container, as already running after a restart, so completed init
+	// containers keep their devices without contacting the plugin.
+	KeepCompletedInitDevices bool
+
+	// PreferredAllocationFallback makes a failing GetPreferredAllocation fall back to the
+	// manager's own choice instead of failing admission.
+	PreferredAllocationFallback bool
+
+	// CoalesceDeviceListWrites moves the checkpoint write that follows a ListAndWatch update
+	// (or a resource removal) off the plugin's stream to a background writer that folds bursts
+	// into one durable write. Nothing a restart reads is lost: only the keys of
+	// RegisteredDevices are used on restore, and assignments are always written before
+	// Allocate returns. The kubelet writes synchronously on every message.
+	CoalesceDeviceListWrites bool
+}
+
+// KubeletPolicy is the kubelet v1.36 behaviour: every improvement off.
+func KubeletPolicy() Policy { return Policy{} }
+
+// KDMPolicy turns on every improvement, with a two-minute admission deferral.
+func KDMPolicy() Policy {
+	return Policy{
+		DeferAdmission:              true,
+		DeferAdmissionTimeout:       2 * time.Minute,
+		KeepCompletedInitDevices:    true,
+		PreferredAllocationFallback: true,
+		CoalesceDeviceListWrites:    true,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	if c.PluginDir == "" {
+		c.PluginDir = pluginapi.DevicePluginPath
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = DefaultGracePeriod
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Logger.GetSink() == nil {
+		c.Logger = klog.Background()
+	}
+	if c.QuarantineCorruptCheckpoint == nil {
+		on := true
+		c.QuarantineCorruptCheckpoint = &on
+	}
+	if c.Policy.DeferAdmission && c.Policy.DeferAdmissionTimeout == 0 {
+		c.Policy.DeferAdmissionTimeout = 2 * time.Minute
+	}
+	c.Endpoint.Clock = c.Clock
+	c.Endpoint.Logger = c.Logger
+	c.Endpoint = c.Endpoint.WithDefaults()
+	return c
+}
+
+// Validate reports what is wrong with the configuration, if anything.
+func (c Config) Validate() error {
+	var errs []error
+	if c.PluginDir != "" && !filepath.IsAbs(c.PluginDir) {
+		errs = append(errs, fmt.Errorf("bad socketPath, must be an absolute path: %s", filepath.Join(c.PluginDir, KubeletSocketName)))
+	}
+	if c.PluginWatcherDir != "" && !filepath.IsAbs(c.PluginWatcherDir) {
+		errs = append(errs, fmt.Errorf("plugin watcher dir must be an absolute path: %s", c.PluginWatcherDir))
+	}
+	if c.GracePeriod < 0 {
+		errs = append(errs, fmt.Errorf("grace period must not be negative: %v", c.GracePeriod))
+	}
+	if c.Policy.DeferAdmissionTimeout < 0 {
+		errs = append(errs, fmt.Errorf("defer admission timeout must not be negative: %v", c.Policy.DeferAdmissionTimeout))
+	}
+	return errors.Join(errs...)
+}

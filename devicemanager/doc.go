@@ -1,0 +1,34 @@
+// Package devicemanager is the kubelet's device manager as a library: it serves the
+// device-plugin Registration service on <PluginDir>/kubelet.sock, keeps one endpoint and one
+// ListAndWatch stream per registered resource, tracks healthy, unhealthy and allocated
+// devices, assigns devices to containers (GetPreferredAllocation, Allocate,
+// PreStartContainer), persists assignments in kubelet_internal_checkpoint, and reports
+// capacity and allocatable with the stopped-endpoint grace period.
+//
+// # Behaviour
+//
+// With the zero Policy the manager replays the kubelet v1.36 device manager, check for check
+// and error string for error string, with these defects fixed unconditionally:
+//
+//   - Registrations are keyed by plugin instance: a second registration for a resource replaces
+//     the first, capacity does not dip, and the old instance's stream ending never disconnects
+//     the new one. A failed re-registration leaves the working instance in place.
+//   - Allocation is transactional. Devices are reserved while the plugin's RPCs run without the
+//     lock; garbage collection cannot release a reservation, and a failure anywhere releases
+//     every reservation of the call and records nothing (no leaked "Available: 0").
+//   - Every shared map is guarded by the one manager mutex; a device that vanished from the
+//     plugin's list yields an error, never a panic.
+//   - A Register endpoint that would leave the plugin directory ("../x", "/x") is refused.
+//   - Checkpoint writes are durable (file and directory fsync) and never go back in time.
+//
+// Policy fields switch on kdm's improvements (deferred admission, keeping completed init
+// containers' devices across a restart, a GetPreferredAllocation fallback); endpoint.Config
+// bounds the plugin RPCs.
+//
+// # Concurrency
+//
+// One mutex (mu) guards all device and assignment state and is never held across an RPC or
+// a disk write. Lifecycle fields have their own mutex. Every goroutine (the registration
+// server, one per endpoint stream, the plugin watcher) is owned by the context given to Start
+// and joined by Stop.
+package devicemanager

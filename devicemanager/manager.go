@@ -1,0 +1,279 @@
+package devicemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/endpoint"
+)
+
+// ContainerKey names one container of one pod.
+type ContainerKey struct {
+	PodUID        string
+	ContainerName string
+}
+
+// Sources are what the manager learns from its embedder at Start.
+type Sources struct {
+	// ActivePods lists the pods that are neither terminated nor being removed; the pod being
+	// admitted must be among them. Nil means no pods.
+	ActivePods func() []*v1.Pod
+	// SourcesReady reports whether every pod source has delivered its pods at least once.
+	// Until then no allocation is garbage-collected. Nil means always ready.
+	SourcesReady func() bool
+	// RunningContainers are the containers the runtime reported running when the embedder
+	// started. Their checkpointed devices are kept without contacting the plugin while
+	// sources are not all ready (the kubelet-restart bypass).
+	RunningContainers []ContainerKey
+}
+
+// endpointInfo is the current instance serving a resource: the endpoint and the options it
+// reported at connect time (nil for a stopped placeholder restored from the checkpoint).
+type endpointInfo struct {
+	ep   *endpoint.Endpoint
+	opts *pluginapi.DevicePluginOptions
+}
+
+// ManagerImpl is the device manager: it owns the registration socket, one endpoint per
+// registered resource, the device sets, the per-container assignments and the checkpoint.
+//
+// All exported methods are safe for concurrent use. One mutex (mu) guards every piece of
+// device and assignment state; no RPC is made while it is held. Checkpoint writes are
+// serialised by writeMu and always write a snapshot taken after the change that triggered them.
+type ManagerImpl struct {
+	cfg        Config
+	log        klog.Logger
+	socketPath string
+	store      *checkpoint.Store
+	metrics    *metrics
+	updates    chan Update
+
+	mu             sync.Mutex
+	endpoints      map[string]endpointInfo
+	allDevices     map[string]map[string]*pluginapi.Device
+	healthy        map[string]sets.Set[string]
+	unhealthy      map[string]sets.Set[string]
+	allocated      map[string]sets.Set[string] // devices held in podDevices, per resource
+	pending        map[string]sets.Set[string] // devices reserved by allocations in flight
+	pods           podDevices
+	devicesToReuse map[string]map[string]sets.Set[string] // pod UID → resource → reusable IDs
+	sources        Sources
+	running        sets.Set[ContainerKey]
+	deviceChange   chan struct{} // closed and replaced whenever endpoints or device sets change
+
+	writeMu       sync.Mutex    // serialises checkpoint writes
+	writeRequests chan struct{} // capacity 1: a coalesced device-list write is wanted
+
+	serveErr error // the registration server's Serve error, under mu
+
+	life    sync.Mutex // guards the lifecycle fields below
+	started bool
+	stopped bool
+	runCtx  context.Context // ends at Stop; owns every background goroutine
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	server  *grpc.Server
+}
+
+// New builds a manager from cfg. It touches nothing on disk until Start.
+func New(cfg Config) (*ManagerImpl, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	met, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("registering device manager metrics: %w", err)
+	}
+	return &ManagerImpl{
+		cfg:            cfg,
+		log:            cfg.Logger.WithName("devicemanager"),
+		socketPath:     filepath.Join(cfg.PluginDir, KubeletSocketName),
+		metrics:        met,
+		updates:        make(chan Update, updateChannelSize),
+		endpoints:      map[string]endpointInfo{},
+		allDevices:     map[string]map[string]*pluginapi.Device{},
+		healthy:        map[string]sets.Set[string]{},
+		unhealthy:      map[string]sets.Set[string]{},
+		allocated:      map[string]sets.Set[string]{},
+		pending:        map[string]sets.Set[string]{},
+		pods:           podDevices{},
+		devicesToReuse: map[string]map[string]sets.Set[string]{},
+		running:        sets.New[ContainerKey](),
+		deviceChange:   make(chan struct{}),
+		writeRequests:  make(chan struct{}, 1),
+	}, nil
+}
+
+// SocketPath is the registration socket, <PluginDir>/kubelet.sock.
+func (m *ManagerImpl) SocketPath() string { return m.socketPath }
+
+// CheckpointPath is the checkpoint file, <PluginDir>/kubelet_internal_checkpoint.
+func (m *ManagerImpl) CheckpointPath() string {
+	return filepath.Join(m.cfg.PluginDir, checkpoint.FileName)
+}
+
+// Start creates the plugin directory (0750), restores the checkpoint, removes stale plugin
+// sockets, and serves Registration on a fresh kubelet.sock. Plugins detect the restart by
+// their socket's removal and kubelet.sock's creation, and register again.
+//
+// A missing checkpoint is a clean start; an unreadable one is logged (and quarantined unless
+// configured otherwise) and the manager continues with empty state, as the kubelet does.
+// Start fails if the directory, the cleanup or the listener fails. It may be called once;
+// ctx bounds the manager's background work together with Stop.
+func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
+	m.life.Lock()
+	defer m.life.Unlock()
+	if m.started {
+		return errors.New("device manager already started")
+	}
+	if err := os.MkdirAll(m.cfg.PluginDir, 0o750); err != nil {
+		return fmt.Errorf("creating device plugin directory: %w", err)
+	}
+	store, err := checkpoint.NewStore(m.cfg.PluginDir,
+		checkpoint.WithLogger(m.log), checkpoint.WithQuarantine(*m.cfg.QuarantineCorruptCheckpoint))
+	if err != nil {
+		return fmt.Errorf("opening checkpoint store: %w", err)
+	}
+	m.store = store
+
+	m.mu.Lock()
+	m.sources = src
+	for _, c := range src.RunningContainers {
+		m.running.Insert(c)
+	}
+	m.mu.Unlock()
+
+	if err := m.restoreCheckpoint(); err != nil {
+		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
+	}
+	if err := cleanupPluginDirectory(m.cfg.PluginDir); err != nil {
+		return fmt.Errorf("cleaning up device plugin directory: %w", err)
+	}
+	_ = os.Remove(m.socketPath)
+	lis, err := net.Listen("unix", m.socketPath)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", m.socketPath, err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	m.runCtx, m.cancel = runCtx, cancel
+	m.server = grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(m.server, &registrationServer{m: m})
+	m.started = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		if err := m.server.Serve(lis); err != nil {
+			m.log.Error(err, "Device plugin registration server stopped serving")
+			m.mu.Lock()
+			m.serveErr = err
+			m.mu.Unlock()
+		}
+	}()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.runCheckpointWriter(runCtx)
+	}()
+	if m.cfg.PluginWatcherDir != "" {
+		if err := m.startPluginWatcher(runCtx); err != nil {
+			m.stopLocked()
+			return err
+		}
+	}
+	m.log.V(2).Info("Device manager started", "socket", m.socketPath)
+	return nil
+}
+
+// Stop disconnects every plugin (its devices become unhealthy and its endpoint stopped),
+// stops the registration server (removing kubelet.sock) and waits for every goroutine.
+// It writes no checkpoint. It is safe to call twice, or before Start.
+func (m *ManagerImpl) Stop() error {
+	m.life.Lock()
+	defer m.life.Unlock()
+	m.stopLocked()
+	return nil
+}
+
+func (m *ManagerImpl) stopLocked() {
+	if !m.started || m.stopped {
+		return
+	}
+	m.stopped = true
+	m.cancel()
+	m.mu.Lock()
+	var eps []*endpoint.Endpoint
+	for _, info := range m.endpoints {
+		eps = append(eps, info.ep)
+	}
+	m.mu.Unlock()
+	for _, ep := range eps {
+		ep.Stop()
+	}
+	m.mu.Lock()
+	for res := range m.endpoints {
+		m.markResourceUnhealthyLocked(res)
+	}
+	m.mu.Unlock()
+	m.server.Stop()
+	m.wg.Wait()
+	m.mu.Lock()
+	m.serveErr = nil
+	m.mu.Unlock()
+	m.log.V(2).Info("Device manager stopped")
+}
+
+// HealthCheck reports an error when the registration server has failed, so that no plugin
+// can register. It is the kubelet's "device-plugin" healthz check.
+func (m *ManagerImpl) HealthCheck() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.serveErr != nil {
+		return fmt.Errorf("device registration error: device plugin registration gRPC server failed and no device plugins can register: %w", m.serveErr)
+	}
+	return nil
+}
+
+// HealthCheckName is the name of the check HealthCheck implements.
+const HealthCheckName = "device-plugin"
+
+// signalDeviceChangeLocked wakes everyone waiting for a device or endpoint change. Callers
+// hold mu.
+func (m *ManagerImpl) signalDeviceChangeLocked() {
+	close(m.deviceChange)
+	m.deviceChange = make(chan struct{})
+}
+
+// cleanupPluginDirectory removes every socket in dir; regular files (the checkpoint),
+// directories and anything that cannot be stat'ed stay.
+func cleanupPluginDirectory(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode()&os.ModeSocket == 0 {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,149 @@
+package devicemanager
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestManagerRestart: manager A with a plugin and a checkpoint stops; manager B on the same
+// dir reports 0/0 for the checkpointed resource until the plugin re-registers by itself (it
+// sees the new kubelet.sock), then the full count again; the pod keeps its devices.
+func TestManagerRestart(t *testing.T) {
+	dir := shortDir(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	pods := newPodList()
+	a := testManager(t, dir, Config{Clock: clk}, Sources{ActivePods: pods.active})
+	p := testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2", "g3"), envAllocator("GPU"))
+	waitFor(t, a, "devices", func() bool { return capacityIs(a, gpu, 3, 3) })
+	pod := testPod("p1", container("c", map[string]int64{gpu: 2}))
+	pods.add(pod)
+	if err := a.Allocate(context.Background(), pod, &pod.Spec.Containers[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := a.GetDevices("p1", "c")
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	regs := p.Registrations()
+
+	b := testManager(t, dir, Config{Clock: clk}, Sources{ActivePods: pods.active})
+	if !capacityIs(b, gpu, 0, 0) {
+		c, al, _ := b.GetCapacity()
+		t.Fatalf("restarted manager before re-registration: %v / %v, want 0/0", c, al)
+	}
+	if got := b.GetDevices("p1", "c"); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Fatalf("restored assignment %v, want %v", got, before)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := p.WaitForRegistrations(ctx, regs+1); err != nil {
+		t.Fatalf("plugin did not re-register by itself: %v", err)
+	}
+	waitFor(t, b, "capacity back", func() bool { return capacityIs(b, gpu, 3, 3) })
+	// The pod re-admitted after the restart keeps its cached devices without a new Allocate.
+	allocs := len(p.Calls().Allocate)
+	if err := b.Allocate(context.Background(), pod, &pod.Spec.Containers[0]); err != nil {
+		t.Fatalf("re-admission of the running pod: %v", err)
+	}
+	if len(p.Calls().Allocate) != allocs {
+		t.Fatalf("re-admission called Allocate again")
+	}
+}
+
+// TestRestartWithoutPlugin: the checkpointed resource stays at 0 until the grace period
+// passes on the fake clock, then it is removed.
+func TestRestartWithoutPlugin(t *testing.T) {
+	dir := shortDir(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	a := testManager(t, dir, Config{Clock: clk}, Sources{})
+	p := testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1"))
+	waitFor(t, a, "devices", func() bool { return capacityIs(a, gpu, 1, 1) })
+	p.Stop()
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b := testManager(t, dir, Config{Clock: clk}, Sources{})
+	if !capacityIs(b, gpu, 0, 0) {
+		t.Fatalf("restored resource not at 0/0")
+	}
+	clk.Step(DefaultGracePeriod)
+	if !capacityIs(b, gpu, 0, 0) {
+		t.Fatalf("resource removed before the grace period ended")
+	}
+	clk.Step(time.Millisecond)
+	if _, _, removed := b.GetCapacity(); len(removed) != 1 || removed[0] != gpu {
+		t.Fatalf("removed %v after the grace period, want [%s]", removed, gpu)
+	}
+	if !capacityIs(b, gpu, -1, -1) {
+		t.Fatalf("resource still reported after removal")
+	}
+}
+
+// TestPluginDiesMidStream: the stream ending marks the devices unhealthy; the plugin's
+// restart brings them back.
+func TestPluginDiesMidStream(t *testing.T) {
+	dir := shortDir(t)
+	m := testManager(t, dir, Config{}, Sources{})
+	p := testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
+	waitFor(t, m, "devices", func() bool { return capacityIs(m, gpu, 2, 2) })
+	p.DropStreams()
+	waitFor(t, m, "disconnect", func() bool { return capacityIs(m, gpu, 2, 0) })
+	p.Stop()
+	testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
+	waitFor(t, m, "plugin back", func() bool { return capacityIs(m, gpu, 2, 2) })
+}
+
+// TestRacingInstances: two instances of a plugin register in turn; capacity never dips to 0,
+// and the survivor keeps streaming after the first instance dies.
+func TestRacingInstances(t *testing.T) {
+	dir := shortDir(t)
+	m := testManager(t, dir, Config{}, Sources{})
+	old := testPlugin(t, dir, gpu, "old.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
+	waitFor(t, m, "old instance", func() bool { return capacityIs(m, gpu, 2, 2) })
+	survivor := testPlugin(t, dir, gpu, "new.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
+	waitFor(t, m, "new instance current", func() bool { return m.currentSocket(gpu) == survivor.SocketPath() })
+	if !capacityIs(m, gpu, 2, 2) {
+		t.Fatalf("capacity dipped when the second instance registered")
+	}
+	old.DropStreams()
+	old.Stop()
+	// The survivor's updates still arrive, and nothing marked its devices unhealthy.
+	if err := survivor.SetHealth("g2", pluginapi.Unhealthy); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, m, "survivor update", func() bool { return capacityIs(m, gpu, 2, 1) })
+	m.mu.Lock()
+	stopped := m.endpoints[gpu].ep.IsStopped()
+	m.mu.Unlock()
+	if stopped {
+		t.Fatalf("the old instance's exit stopped the survivor's endpoint")
+	}
+}
+
+// TestUnusualDeviceLists: control characters in IDs, 100,000 devices in one message, and an
+// empty list.
+func TestUnusualDeviceLists(t *testing.T) {
+	dir := shortDir(t)
+	m := testManager(t, dir, Config{}, Sources{})
+	weird := devices(pluginapi.Healthy, "a\x00b", "tab\there", "nl\n", "quote\"", "ünï")
+	p := testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, weird)
+	waitFor(t, m, "weird IDs", func() bool { return capacityIs(m, gpu, 5, 5) })
+	if got := m.GetAllocatableDevices()[gpu]; got["a\x00b"] == nil || got["nl\n"] == nil {
+		t.Fatalf("IDs with control characters lost: %v", got)
+	}
+	waitFor(t, m, "checkpoint with control characters", func() bool {
+		data, _, err := m.store.Read()
+		return err == nil && len(data.RegisteredDevices[gpu]) == 5
+	})
+
+	p.SetDevices(devices(pluginapi.Healthy, ids("dev-", 100000)...))
+	waitFor(t, m, "100,000 devices", func() bool { return capacityIs(m, gpu, 100000, 100000) })
+
+	p.SetDevices(nil)
+	waitFor(t, m, "empty list", func() bool { return capacityIs(m, gpu, 0, 0) })
+}

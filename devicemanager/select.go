@@ -1,0 +1,215 @@
+package devicemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+)
+
+// errNoHealthyDevices marks the failure that deferred admission may wait out.
+var errNoHealthyDevices = errors.New("no healthy devices present")
+
+// devicesToAllocateWithDeferral is devicesToAllocate, except that with Policy.DeferAdmission a
+// resource known from the checkpoint whose plugin has not registered again is waited for, up to
+// the policy's timeout, instead of failing at once.
+func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
+	ids, err := m.devicesToAllocate(ctx, pod, container, res, required, reusable)
+	if err == nil || !m.cfg.Policy.DeferAdmission || !errors.Is(err, errNoHealthyDevices) {
+		return ids, err
+	}
+	timer := m.cfg.Clock.NewTimer(m.cfg.Policy.DeferAdmissionTimeout)
+	defer timer.Stop()
+	m.log.Info("Deferring admission until the device plugin registers", "pod", klog.KObj(pod),
+		"containerName", container, "resourceName", res, "timeout", m.cfg.Policy.DeferAdmissionTimeout)
+	for {
+		m.mu.Lock()
+		changed := m.deviceChange
+		waiting := m.awaitingPluginLocked(res)
+		m.mu.Unlock()
+		if !waiting {
+			return m.devicesToAllocate(ctx, pod, container, res, required, reusable)
+		}
+		select {
+		case <-changed:
+		case <-timer.C():
+			return nil, fmt.Errorf("%w (waited %v for the device plugin to register)", err, m.cfg.Policy.DeferAdmissionTimeout)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (stopped waiting for the device plugin: %w)", err, ctx.Err())
+		}
+	}
+}
+
+// awaitingPluginLocked reports whether the resource has no healthy device only because its
+// plugin is not (yet) back: restored from the checkpoint or restarting within the grace
+// period, or connected without having sent its first device list.
+func (m *ManagerImpl) awaitingPluginLocked(res string) bool {
+	info, ok := m.endpoints[res]
+	if !ok || m.healthy[res].Len() > 0 {
+		return false
+	}
+	if info.ep.IsStopped() {
+		return !info.ep.GracePeriodExpired(m.cfg.GracePeriod)
+	}
+	_, listed := m.allDevices[res]
+	return !listed // connected, first device list not received yet
+}
+
+// devicesToAllocate chooses and reserves the devices one container needs of one resource,
+// following the kubelet's checks in the kubelet's order. It returns nil when nothing has to be
+// allocated (the container keeps its cached devices, or it was already running at a restart).
+// The chosen devices are reserved in m.pending; the caller commits or releases them.
+func (m *ManagerImpl) devicesToAllocate(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
+	podUID := string(pod.UID)
+	m.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			m.mu.Unlock()
+		}
+	}()
+	needed := required
+	devices := m.pods.containerDevices(podUID, container, res)
+	if devices != nil {
+		needed = required - devices.Len()
+		if needed != 0 {
+			return nil, fmt.Errorf("pod %q container %q changed request for resource %q from %d to %d",
+				podUID, container, res, devices.Len(), required)
+		}
+	}
+	if !m.sourcesReadyLocked() && m.isContainerAlreadyRunningLocked(podUID, container) {
+		m.log.V(3).Info("Container was running before the restart; keeping its devices", "pod", klog.KObj(pod), "containerName", container, "resourceName", res)
+		return nil, nil
+	}
+	healthy, ok := m.healthy[res]
+	if !ok {
+		return nil, fmt.Errorf("cannot allocate unregistered device %s", res)
+	}
+	if healthy.Len() == 0 {
+		return nil, fmt.Errorf("%w; cannot allocate unhealthy devices %s", errNoHealthyDevices, res)
+	}
+	if !healthy.IsSuperset(devices) {
+		return nil, fmt.Errorf("previously allocated devices are no longer healthy; cannot allocate unhealthy devices %s", res)
+	}
+	if needed == 0 {
+		return nil, nil
+	}
+
+	chosen := sets.New[string]()
+	// take reserves devices of s (sorted, for a deterministic choice among equals) that are
+	// healthy and not held by anyone else, until the request is met.
+	take := func(s sets.Set[string], mayBeHeld bool) bool {
+		for _, id := range sets.List(s) {
+			if needed == 0 {
+				break
+			}
+			if chosen.Has(id) || !m.healthy[res].Has(id) || m.pending[res].Has(id) {
+				continue
+			}
+			if !mayBeHeld && m.allocated[res].Has(id) {
+				continue
+			}
+			chosen.Insert(id)
+			if m.pending[res] == nil {
+				m.pending[res] = sets.New[string]()
+			}
+			m.pending[res].Insert(id)
+			needed--
+		}
+		return needed == 0
+	}
+	fail := func(err error) (sets.Set[string], error) {
+		m.releaseLocked(res, chosen)
+		return nil, err
+	}
+
+	if take(reusable, true) {
+		return chosen, nil
+	}
+	available := healthy.Difference(m.allocated[res]).Difference(m.pending[res])
+	if available.Len() < needed {
+		return fail(fmt.Errorf("requested number of devices unavailable for %s. Requested: %d, Available: %d", res, needed, available.Len()))
+	}
+	aligned, unaligned, noAffinity := m.filterByAffinityLocked(podUID, container, res, available)
+	preferred := func(avail sets.Set[string]) (sets.Set[string], error) {
+		m.mu.Unlock()
+		locked = false
+		ids, err := m.preferredAllocation(ctx, res, avail.Union(chosen), chosen, required)
+		m.mu.Lock()
+		locked = true
+		return ids, err
+	}
+	if needed < aligned.Len() {
+		pref, err := preferred(aligned)
+		if err != nil {
+			return fail(err)
+		}
+		if take(pref.Intersection(aligned), false) || take(aligned, false) {
+			return chosen, nil
+		}
+	} else {
+		if take(aligned, false) {
+			return chosen, nil
+		}
+		pref, err := preferred(available)
+		if err != nil {
+			return fail(err)
+		}
+		if take(pref.Intersection(available), false) || take(unaligned, false) || take(noAffinity, false) {
+			return chosen, nil
+		}
+	}
+	return fail(fmt.Errorf("unexpectedly allocated less resources than required. Requested: %d, Got: %d", required, required-needed))
+}
+
+// preferredAllocation asks the plugin which devices it prefers, when it offers the call. With
+// Policy.PreferredAllocationFallback an RPC failure yields no preference instead of an error.
+// Called without mu.
+func (m *ManagerImpl) preferredAllocation(ctx context.Context, res string, available, mustInclude sets.Set[string], size int) (sets.Set[string], error) {
+	m.mu.Lock()
+	info, ok := m.endpoints[res]
+	m.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("endpoint not found in cache for a registered resource: %s", res)
+	}
+	if info.opts == nil || !info.opts.GetPreferredAllocationAvailable {
+		return sets.New[string](), nil
+	}
+	resp, err := info.ep.GetPreferredAllocation(ctx, sets.List(available), sets.List(mustInclude), size)
+	if err != nil {
+		if m.cfg.Policy.PreferredAllocationFallback {
+			m.log.Error(err, "GetPreferredAllocation failed; falling back to the manager's own choice", "resourceName", res)
+			return sets.New[string](), nil
+		}
+		return nil, fmt.Errorf("device plugin GetPreferredAllocation rpc failed with err: %w", err)
+	}
+	if resp == nil || len(resp.ContainerResponses) == 0 {
+		return sets.New[string](), nil
+	}
+	return sets.New(resp.ContainerResponses[0].DeviceIDs...), nil
+}
+
+func (m *ManagerImpl) sourcesReadyLocked() bool {
+	return m.sources.SourcesReady == nil || m.sources.SourcesReady()
+}
+
+// isContainerAlreadyRunningLocked reports whether the runtime reported the container running
+// when the manager started. With Policy.KeepCompletedInitDevices, a container that holds a
+// checkpointed allocation in a pod with any running container counts as running too.
+func (m *ManagerImpl) isContainerAlreadyRunningLocked(podUID, container string) bool {
+	if m.running.Has(ContainerKey{PodUID: podUID, ContainerName: container}) {
+		return true
+	}
+	if !m.cfg.Policy.KeepCompletedInitDevices || len(m.pods[podUID][container]) == 0 {
+		return false
+	}
+	for key := range m.running {
+		if key.PodUID == podUID {
+			return true
+		}
+	}
+	return false
+}
