@@ -124,8 +124,11 @@ func (m *ManagerImpl) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.
 	for _, p := range picks {
 		m.releaseLocked(p.resource, p.ids)
 		m.pods.insert(podUID, c.Name, p.resource, p.devices, p.resp)
+		if m.allocated[p.resource] == nil {
+			m.allocated[p.resource] = sets.New[string]()
+		}
+		m.allocated[p.resource].Insert(p.ids.UnsortedList()...)
 	}
-	m.allocated = m.pods.devices()
 	m.mu.Unlock()
 	if err := m.writeCheckpoint(); err != nil {
 		m.mu.Lock()

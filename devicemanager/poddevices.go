@@ -93,7 +93,9 @@ func (p podDevices) devices() map[string]sets.Set[string] {
 				if out[res] == nil {
 					out[res] = sets.New[string]()
 				}
-				out[res] = out[res].Union(a.ids())
+				for _, ids := range a.devices {
+					out[res].Insert(ids...)
+				}
 			}
 		}
 	}

@@ -307,3 +307,72 @@ func TestGetTopologyHintsWithUpdates(t *testing.T) {
 	}()
 	wg.Wait()
 }
+
+// TestGetPodTopologyHints: pod scope sums app containers and sidecars against the init peak,
+// ignores unregistered resources, and counts devices already held by any container.
+func TestGetPodTopologyHints(t *testing.T) {
+	r1, r2 := "example.com/r1", "example.com/r2"
+	newM := func() *ManagerImpl {
+		m, _ := New(Config{PluginDir: "/x", NUMANodes: []int{0, 1}})
+		seed(m, r1, numaDevice("a", 0), numaDevice("b", 0), numaDevice("c", 1), numaDevice("d", 1))
+		seed(m, r2, numaDevice("x", 0), numaDevice("y", 1))
+		m.sources = Sources{SourcesReady: func() bool { return false }}
+		return m
+	}
+	t.Run("two resources across three containers, one unregistered", func(t *testing.T) {
+		m := newM()
+		pod := testPod("p", container("c1", map[string]int64{r1: 1}), container("c2", map[string]int64{r1: 1, r2: 1}),
+			container("c3", map[string]int64{"example.com/none": 1}))
+		want := map[string][]TopologyHint{
+			r1: {hint(true, 0), hint(true, 1), hint(false, 0, 1)},
+			r2: {hint(true, 0), hint(true, 1), hint(false, 0, 1)},
+		}
+		if diff := cmp.Diff(want, m.GetPodTopologyHints(pod)); diff != "" {
+			t.Fatalf("hints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("init peak larger than apps", func(t *testing.T) {
+		m := newM()
+		pod := podWith([]v1.Container{container("init", map[string]int64{r1: 3})}, container("app", map[string]int64{r1: 1}))
+		want := map[string][]TopologyHint{r1: {hint(true, 0, 1)}}
+		if diff := cmp.Diff(want, m.GetPodTopologyHints(pod)); diff != "" {
+			t.Fatalf("hints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("forced cross-NUMA at pod level", func(t *testing.T) {
+		m := newM()
+		hold(m, "other", "c", r1, "a", "c")
+		pod := testPod("p", container("c1", map[string]int64{r1: 1}), container("c2", map[string]int64{r1: 1}))
+		want := map[string][]TopologyHint{r1: {hint(false, 0, 1)}}
+		if diff := cmp.Diff(want, m.GetPodTopologyHints(pod)); diff != "" {
+			t.Fatalf("hints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("already allocated to the pod", func(t *testing.T) {
+		m := newM()
+		hold(m, "p", "c1", r1, "a")
+		hold(m, "p", "c2", r1, "b")
+		pod := testPod("p", container("c1", map[string]int64{r1: 1}), container("c2", map[string]int64{r1: 1}))
+		want := map[string][]TopologyHint{r1: {hint(true, 0), hint(false, 0, 1)}}
+		if diff := cmp.Diff(want, m.GetPodTopologyHints(pod)); diff != "" {
+			t.Fatalf("hints (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestHintsWithReusableDevices: reusable devices with topology must touch a mask for it to be
+// offered; they count towards the request.
+func TestHintsWithReusableDevices(t *testing.T) {
+	m, _ := New(Config{PluginDir: "/x", NUMANodes: []int{0, 1}})
+	seed(m, gpu, numaDevice("a", 0), numaDevice("b", 1), numaDevice("c", 1))
+	hold(m, "p", "init", gpu, "a")
+	m.devicesToReuse["p"] = map[string]sets.Set[string]{gpu: sets.New("a")}
+	m.sources = Sources{SourcesReady: func() bool { return false }}
+	c := container("app", map[string]int64{gpu: 2})
+	got := m.GetTopologyHints(testPod("p", c), &c)[gpu]
+	// a (node 0) is reusable: every hint must contain node 0; {0} alone holds only a.
+	want := []TopologyHint{hint(false, 0, 1)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("hints (-want +got):\n%s", diff)
+	}
+}
