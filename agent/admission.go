@@ -1,0 +1,239 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// watchManifests keeps the agent's pods in step with the manifest directory: at start, on
+// every file event and every ResyncPeriod. After the first pass every pod of the directory
+// has been handed to admission, and the sources count as ready.
+func (a *Agent) watchManifests(ctx context.Context) error {
+	dir := a.cfg.PodManifestPath
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("creating pod manifest directory: %w", err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Close() }()
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+	// The first listing's pods are admitted before the sources count as ready: pods that ran
+	// before a restart keep their devices (the manager's bypass) only while they are not.
+	for _, done := range a.syncManifests(ctx) {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	a.ready.Store(true)
+	a.dropStaleResults()
+	a.manager.UpdateAllocatedDevices()
+	t := time.NewTicker(a.cfg.ResyncPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.Events:
+			_ = a.syncManifests(ctx)
+		case err := <-w.Errors:
+			a.log.Error(err, "Pod manifest watch error", "path", dir)
+		case <-t.C:
+			_ = a.syncManifests(ctx)
+		}
+	}
+}
+
+// syncManifests admits pods that appeared and releases pods that disappeared. It returns a
+// channel per started admission, closed when that admission is over.
+func (a *Agent) syncManifests(ctx context.Context) []<-chan struct{} {
+	current, errs := readManifests(a.cfg.PodManifestPath)
+	for _, err := range errs {
+		a.log.Error(err, "Skipped pod manifest")
+	}
+	if current == nil {
+		return nil
+	}
+	a.mu.Lock()
+	var added []*v1.Pod
+	var removed []*v1.Pod
+	for _, pod := range sortedPods(current) {
+		if _, ok := a.pods[pod.UID]; !ok {
+			a.pods[pod.UID] = pod
+			added = append(added, pod)
+		}
+	}
+	for uid, pod := range a.pods {
+		if _, ok := current[uid]; !ok {
+			delete(a.pods, uid)
+			removed = append(removed, pod)
+			if cancel := a.inflight[uid]; cancel != nil {
+				cancel()
+			}
+		}
+	}
+	a.mu.Unlock()
+	for _, pod := range removed {
+		a.release(pod)
+	}
+	var started []<-chan struct{}
+	for _, pod := range added {
+		started = append(started, a.startAdmission(ctx, pod))
+	}
+	return started
+}
+
+// dropStaleResults forgets the results of pods that ran before a restart but are no longer in
+// the source: their manifests went away while the agent was down.
+func (a *Agent) dropStaleResults() {
+	a.mu.Lock()
+	var stale []*PodResult
+	for uid, r := range a.results {
+		if _, ok := a.pods[uid]; !ok {
+			stale = append(stale, r)
+			delete(a.results, uid)
+		}
+	}
+	a.mu.Unlock()
+	for _, r := range stale {
+		if err := os.Remove(resultPath(a.cfg.PodsDir(), podOf(r))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			a.log.Error(err, "Failed to remove stale pod result", "pod", klog.KRef(r.Namespace, r.Name))
+		}
+		a.log.Info("Pod removed while the agent was down; devices released", "pod", klog.KRef(r.Namespace, r.Name), "podUID", r.UID)
+	}
+}
+
+// startAdmission admits the pod in its own goroutine, so that a pod whose admission waits
+// (deferred admission) does not hold up the others.
+func (a *Agent) startAdmission(ctx context.Context, pod *v1.Pod) <-chan struct{} {
+	done := make(chan struct{})
+	actx, cancel := context.WithCancel(ctx)
+	a.mu.Lock()
+	a.inflight[pod.UID] = cancel
+	a.mu.Unlock()
+	a.admissions.Add(1)
+	go func() {
+		defer a.admissions.Done()
+		defer close(done)
+		defer func() {
+			a.mu.Lock()
+			delete(a.inflight, pod.UID)
+			a.mu.Unlock()
+			cancel()
+		}()
+		a.admit(actx, pod)
+	}()
+	return done
+}
+
+func (a *Agent) cancelAdmissions() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, cancel := range a.inflight {
+		cancel()
+	}
+}
+
+// admit allocates devices to every container, init containers first, and records the outcome.
+// A failure rejects the pod with the kubelet's reason and message.
+func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
+	log := a.log.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	result := &PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: PhaseAdmitted}
+	for _, c := range allContainers(pod) {
+		if err := a.manager.Allocate(ctx, pod, c.container); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				log.V(2).Info("Admission abandoned", "err", err)
+				return
+			}
+			result.Phase = PhaseRejected
+			result.Reason = ReasonUnexpectedAdmissionError
+			result.Message = fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)
+			result.Containers = nil
+			log.Info("Pod rejected", "reason", result.Reason, "message", result.Message)
+			a.record(pod, result)
+			return
+		}
+	}
+	for _, c := range allContainers(pod) {
+		opts, err := a.manager.GetDeviceRunContainerOptions(ctx, pod, c.container)
+		if err != nil {
+			log.Error(err, "Failed to get device run options", "containerName", c.container.Name)
+		}
+		result.Containers = append(result.Containers, ContainerResult{
+			Name: c.container.Name, Init: c.init, Sidecar: c.sidecar, RunOptions: opts,
+		})
+	}
+	a.fillHealth(pod, result)
+	log.Info("Pod admitted")
+	a.record(pod, result)
+}
+
+// release forgets a removed pod: its devices return to the pool and its result file goes.
+func (a *Agent) release(pod *v1.Pod) {
+	a.mu.Lock()
+	delete(a.results, pod.UID)
+	a.mu.Unlock()
+	a.manager.UpdateAllocatedDevices()
+	if err := os.Remove(resultPath(a.cfg.PodsDir(), pod)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		a.log.Error(err, "Failed to remove pod result", "pod", klog.KObj(pod))
+	}
+	a.log.Info("Pod removed; devices released", "pod", klog.KObj(pod), "podUID", pod.UID)
+}
+
+// record stores and writes the result, unless the pod was removed meanwhile.
+func (a *Agent) record(pod *v1.Pod, r *PodResult) {
+	r.Updated = time.Now().UTC()
+	a.mu.Lock()
+	if _, ok := a.pods[pod.UID]; !ok {
+		a.mu.Unlock()
+		return
+	}
+	a.results[pod.UID] = r
+	a.mu.Unlock()
+	if err := writeResult(a.cfg.PodsDir(), pod, r); err != nil {
+		a.log.Error(err, "Failed to write pod result", "pod", klog.KObj(pod))
+	}
+	if r.Phase == PhaseRejected {
+		a.manager.UpdateAllocatedDevices()
+	}
+}
+
+type podContainer struct {
+	container     *v1.Container
+	init, sidecar bool
+}
+
+// allContainers lists init containers, then app containers, in spec order.
+func allContainers(pod *v1.Pod) []podContainer {
+	var out []podContainer
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		out = append(out, podContainer{container: c, init: true,
+			sidecar: c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways})
+	}
+	for i := range pod.Spec.Containers {
+		out = append(out, podContainer{container: &pod.Spec.Containers[i]})
+	}
+	return out
+}
+
+// podByUID returns the source's pod with this UID.
+func (a *Agent) podByUID(uid types.UID) (*v1.Pod, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, ok := a.pods[uid]
+	return p, ok
+}

@@ -1,0 +1,199 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/podresources"
+)
+
+// Agent is a node agent around the device manager: it admits the pods of its pod source
+// (init containers first, then app containers), records each pod's devices and run options
+// under <root-dir>/pods, releases the devices of removed pods, serves podresources on the
+// kubelet's socket, and /healthz, /metrics and /status over HTTP.
+//
+// Run owns every goroutine; when its context ends the agent stops the manager and returns.
+type Agent struct {
+	cfg     Config
+	log     klog.Logger
+	manager *devicemanager.ManagerImpl
+
+	mu       sync.Mutex
+	pods     map[types.UID]*v1.Pod    // the pod source's current pods
+	results  map[types.UID]*PodResult // admission outcome per pod
+	inflight map[types.UID]context.CancelFunc
+	ready    atomic.Bool // every pod of the first listing has been handed to admission
+
+	admissions sync.WaitGroup
+}
+
+// New validates cfg and builds the agent and its device manager.
+func New(cfg Config) (*Agent, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := devicemanager.New(devicemanager.Config{
+		PluginDir:   cfg.DevicePluginDir,
+		GracePeriod: cfg.GracePeriod,
+		Endpoint:    cfg.Endpoint,
+		Logger:      cfg.Logger,
+		Registerer:  cfg.Registry,
+		Policy:      cfg.Policy,
+		PluginWatcherDir: func() string {
+			if cfg.PluginWatcher {
+				return cfg.RootDir + "/plugins_registry"
+			}
+			return ""
+		}(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{
+		cfg:      cfg,
+		log:      cfg.Logger.WithName("agent"),
+		manager:  m,
+		pods:     map[types.UID]*v1.Pod{},
+		results:  map[types.UID]*PodResult{},
+		inflight: map[types.UID]context.CancelFunc{},
+	}, nil
+}
+
+// Manager returns the agent's device manager.
+func (a *Agent) Manager() *devicemanager.ManagerImpl { return a.manager }
+
+// Run starts the manager, the podresources server, the HTTP server and the pod source, and
+// blocks until ctx ends; then it stops everything and returns. Containers of pods admitted by a
+// previous run are reported to the manager as running, so a restart keeps their devices
+// without contacting the plugins.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := os.MkdirAll(a.cfg.PodsDir(), 0o750); err != nil {
+		return fmt.Errorf("creating pods dir: %w", err)
+	}
+	cleanStaleTemps(a.cfg.PodsDir())
+	running, err := a.previouslyRunning()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := a.manager.Start(ctx, devicemanager.Sources{
+		ActivePods:        a.activePods,
+		SourcesReady:      a.ready.Load,
+		RunningContainers: running,
+	}); err != nil {
+		return err
+	}
+	defer func() { _ = a.manager.Stop() }()
+
+	prs, err := podresources.NewServer(podresources.ServerConfig{
+		Providers: podresources.Providers{Pods: podsProvider{a}, Devices: devicesProvider{a.manager}},
+		Registry:  a.cfg.Registry,
+		Logger:    a.log,
+	})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	spawn := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	spawn("podresources", func(ctx context.Context) error { return prs.Serve(ctx, a.cfg.PodResourcesSocket()) })
+	if a.cfg.HealthzBindAddress != "" {
+		spawn("http", a.serveHTTP)
+	}
+	spawn("health updates", a.watchHealth)
+	spawn("node status", a.syncNodeStatus)
+	if a.cfg.PodManifestPath != "" {
+		spawn("pod manifests", a.watchManifests)
+	} else {
+		a.ready.Store(true)
+	}
+	a.log.Info("Agent started", "rootDir", a.cfg.RootDir, "devicePluginDir", a.cfg.DevicePluginDir,
+		"podManifestPath", a.cfg.PodManifestPath, "podResourcesSocket", a.cfg.PodResourcesSocket())
+	<-ctx.Done()
+	a.cancelAdmissions()
+	wg.Wait()
+	a.admissions.Wait()
+	a.log.Info("Agent stopped")
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// previouslyRunning lists the containers of pods admitted by an earlier run: app containers
+// and sidecars. Regular init containers ran to completion before the apps started.
+func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, error) {
+	results, err := ReadResults(a.cfg.PodsDir())
+	if err != nil {
+		return nil, fmt.Errorf("reading previous pod results: %w", err)
+	}
+	var keys []devicemanager.ContainerKey
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for uid, r := range results {
+		if r.Phase != PhaseAdmitted {
+			continue
+		}
+		a.results[uid] = r
+		for _, c := range r.Containers {
+			if !c.Init || c.Sidecar {
+				keys = append(keys, devicemanager.ContainerKey{PodUID: string(uid), ContainerName: c.Name})
+			}
+		}
+	}
+	return keys, nil
+}
+
+// activePods lists the pods of the source that were not rejected.
+func (a *Agent) activePods() []*v1.Pod {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*v1.Pod, 0, len(a.pods))
+	for uid, p := range a.pods {
+		if r := a.results[uid]; r != nil && r.Phase == PhaseRejected {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// syncNodeStatus calls GetCapacity every 10 seconds, as the kubelet's node status loop does,
+// so resources whose plugin is gone past the grace period are removed.
+func (a *Agent) syncNodeStatus(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if _, _, removed := a.manager.GetCapacity(); len(removed) > 0 {
+				a.log.Info("Device plugin resources removed from the node", "resourceNames", removed)
+			}
+		}
+	}
+}

@@ -1,0 +1,17 @@
+// Package agent is kdm's node agent: it wires a device manager, the podresources server, a pod
+// source and admission, and serves /healthz, /metrics and /status over HTTP.
+//
+// The pod source is a directory of pod manifests (YAML or JSON, one pod per file, like the
+// kubelet's static pod path), read at start, on every file event and every ten seconds. A new
+// pod is admitted — devices are allocated to its init containers, then its app containers —
+// and the outcome, with each container's device run options and device health, is written to
+// <root-dir>/pods/<namespace>_<name>_<uid>.json. A pod whose allocation fails is rejected with
+// the kubelet's reason (UnexpectedAdmissionError) and message ("Allocate failed due to …,
+// which is unexpected"). Removing a manifest releases the pod's devices.
+//
+// There is no container runtime: a pod admitted by an earlier run of the agent counts as
+// running (its app containers and sidecars), which is what the device manager's restart
+// bypass needs. Pods are admitted concurrently, each in its own goroutine, so that a pod whose
+// admission is deferred (Policy.DeferAdmission) does not hold up the others; the manager makes
+// this safe.
+package agent

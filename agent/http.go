@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kdm-project/kdm/devicemanager"
+)
+
+// NodeStatus is what /status serves: the device resources as the kubelet would publish them
+// in the Node's status, and the pods' admission outcomes.
+type NodeStatus struct {
+	Capacity    map[string]int64 `json:"capacity"`
+	Allocatable map[string]int64 `json:"allocatable"`
+	Removed     []string         `json:"removed,omitempty"`
+	Pods        []*PodResult     `json:"pods"`
+}
+
+// serveHTTP serves /healthz (with the "device-plugin" check), /metrics and /status until ctx
+// ends.
+func (a *Agent) serveHTTP(ctx context.Context) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.manager.HealthCheck(); err != nil {
+			http.Error(w, "[-]"+devicemanager.HealthCheckName+" failed: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(a.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.Status())
+	})
+	lis, err := net.Listen("tcp", a.cfg.HealthzBindAddress)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	a.log.Info("Serving HTTP", "address", lis.Addr().String())
+	err = srv.Serve(lis)
+	<-done
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Status reports the node's device resources (removed resources at 0, as the kubelet
+// publishes them) and every pod's admission outcome.
+func (a *Agent) Status() NodeStatus {
+	c, al, removed := a.manager.GetCapacity()
+	st := NodeStatus{Capacity: map[string]int64{}, Allocatable: map[string]int64{}, Removed: removed}
+	for name, q := range c {
+		st.Capacity[string(name)] = q.Value()
+	}
+	for name, q := range al {
+		st.Allocatable[string(name)] = q.Value()
+	}
+	for _, r := range removed {
+		st.Capacity[r], st.Allocatable[r] = 0, 0
+	}
+	a.mu.Lock()
+	for _, r := range a.results {
+		st.Pods = append(st.Pods, r)
+	}
+	a.mu.Unlock()
+	sort.Slice(st.Pods, func(i, j int) bool {
+		if st.Pods[i].Namespace != st.Pods[j].Namespace {
+			return st.Pods[i].Namespace < st.Pods[j].Namespace
+		}
+		return st.Pods[i].Name < st.Pods[j].Name
+	})
+	return st
+}

@@ -1,0 +1,160 @@
+package podresources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+)
+
+// The kubelet's rate limit for the podresources endpoint.
+const (
+	DefaultQPS   = 100
+	DefaultBurst = 10
+)
+
+// ServerConfig describes a Server.
+type ServerConfig struct {
+	Providers Providers
+	// QPS and Burst size the token bucket shared by every method of both API versions.
+	// Zero means the kubelet's defaults (100, 10); a negative QPS disables the limit.
+	QPS   float64
+	Burst int
+	// Registry receives the kubelet_pod_resources_endpoint_* counters; nil keeps them private.
+	Registry prometheus.Registerer
+	Logger   klog.Logger
+}
+
+// Server serves podresources v1 and v1alpha1 on one gRPC server, rate limited like the
+// kubelet's.
+type Server struct {
+	grpc *grpc.Server
+	log  klog.Logger
+}
+
+// NewServer builds the gRPC server with both API versions and the rate-limit interceptor.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Providers.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS = DefaultQPS
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = DefaultBurst
+	}
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
+	met := newMetrics()
+	if cfg.Registry != nil {
+		if err := met.register(cfg.Registry); err != nil {
+			return nil, fmt.Errorf("registering podresources metrics: %w", err)
+		}
+	}
+	var opts []grpc.ServerOption
+	if cfg.QPS > 0 {
+		opts = append(opts, grpc.UnaryInterceptor(rateLimiter(cfg.QPS, cfg.Burst)))
+	}
+	s := grpc.NewServer(opts...)
+	podresourcesv1.RegisterPodResourcesListerServer(s, &v1Server{p: cfg.Providers, metrics: met})
+	v1alpha1.RegisterPodResourcesListerServer(s, &v1alpha1Server{p: cfg.Providers, metrics: met})
+	return &Server{grpc: s, log: cfg.Logger.WithName("podresources")}, nil
+}
+
+// ErrRateLimited is the status every call gets while the token bucket is empty.
+var ErrRateLimited = status.Error(codes.ResourceExhausted, "rejected by rate limit")
+
+func rateLimiter(qps float64, burst int) grpc.UnaryServerInterceptor {
+	limiter := rate.NewLimiter(rate.Limit(qps), burst)
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !limiter.Allow() {
+			return nil, ErrRateLimited
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Serve listens on socketPath (see Listen) and serves until ctx ends, then stops gracefully
+// and returns once every handler has finished.
+func (s *Server) Serve(ctx context.Context, socketPath string) error {
+	lis, err := Listen(socketPath)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		s.grpc.GracefulStop()
+	}()
+	s.log.Info("Serving podresources", "socket", socketPath)
+	err = s.grpc.Serve(lis)
+	if ctx.Err() == nil {
+		s.grpc.Stop() // Serve failed on its own: release the waiter
+	}
+	wg.Wait()
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Listen creates the socket the kubelet's way: remove an old socket, create the directory
+// (0750), listen on a temporary name in the same directory and rename it into place, so a
+// client never connects to a half-made socket.
+func Listen(socketPath string) (net.Listener, error) {
+	if err := os.Remove(socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("removing old podresources socket %s: %w", socketPath, err)
+	}
+	dir := filepath.Dir(socketPath)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("creating podresources socket directory: %w", err)
+	}
+	tmp := filepath.Join(dir, fmt.Sprintf(".%s.%d.tmp", filepath.Base(socketPath), os.Getpid()))
+	_ = os.Remove(tmp)
+	lis, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", tmp, err)
+	}
+	if ul, ok := lis.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+	if err := os.Rename(tmp, socketPath); err != nil {
+		_ = lis.Close()
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("moving podresources socket into place: %w", err)
+	}
+	return &renamedListener{Listener: lis, path: socketPath}, nil
+}
+
+// renamedListener removes the socket at its final path on Close.
+type renamedListener struct {
+	net.Listener
+	path string
+	once sync.Once
+}
+
+func (l *renamedListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { _ = os.Remove(l.path) })
+	return err
+}
+
+// SocketPath is the kubelet's podresources socket under a root directory.
+func SocketPath(rootDir string) string {
+	return filepath.Join(rootDir, "pod-resources", "kubelet.sock")
+}
