@@ -183,29 +183,33 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 
 // release forgets a removed pod: its devices return to the pool and its result file goes.
 func (a *Agent) release(pod *v1.Pod) {
+	a.recordMu.Lock()
 	a.mu.Lock()
 	delete(a.results, pod.UID)
 	a.mu.Unlock()
-	a.manager.UpdateAllocatedDevices()
 	if err := os.Remove(resultPath(a.cfg.PodsDir(), pod)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		a.log.Error(err, "Failed to remove pod result", "pod", klog.KObj(pod))
 	}
+	a.recordMu.Unlock()
+	a.manager.UpdateAllocatedDevices()
 	a.log.Info("Pod removed; devices released", "pod", klog.KObj(pod), "podUID", pod.UID)
 }
 
-// record stores and writes the result, unless the pod was removed meanwhile.
+// record writes the result and then publishes it, unless the pod was removed meanwhile.
+// Records are serialised, so a pod's file and its published result never disagree.
 func (a *Agent) record(pod *v1.Pod, r *PodResult) {
+	a.recordMu.Lock()
+	defer a.recordMu.Unlock()
 	r.Updated = time.Now().UTC()
-	a.mu.Lock()
-	if _, ok := a.pods[pod.UID]; !ok {
-		a.mu.Unlock()
+	if _, ok := a.podByUID(pod.UID); !ok {
 		return
 	}
-	a.results[pod.UID] = r
-	a.mu.Unlock()
 	if err := writeResult(a.cfg.PodsDir(), pod, r); err != nil {
 		a.log.Error(err, "Failed to write pod result", "pod", klog.KObj(pod))
 	}
+	a.mu.Lock()
+	a.results[pod.UID] = r
+	a.mu.Unlock()
 	if r.Phase == PhaseRejected {
 		a.manager.UpdateAllocatedDevices()
 	}

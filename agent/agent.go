@@ -34,6 +34,8 @@ type Agent struct {
 	inflight map[types.UID]context.CancelFunc
 	ready    atomic.Bool // every pod of the first listing has been handed to admission
 
+	recordMu sync.Mutex // serialises writing and publishing pod results
+
 	admissions sync.WaitGroup
 }
 

@@ -109,6 +109,11 @@ type Config struct {
 	// RegisterTimeout bounds each Register call (dial included). Zero or negative means
 	// DefaultRegisterTimeout.
 	RegisterTimeout time.Duration
+	// KeepRegistering makes a failed first registration non-fatal: Start returns nil and the
+	// plugin keeps trying in the background, as after a kubelet restart. A long-running plugin
+	// wants this (the kubelet may crash, or be restarted, while it registers); tests that
+	// check a refusal leave it off.
+	KeepRegistering bool
 	// RetryBackoff is the first wait after a failed re-registration; it doubles after each
 	// failure up to MaxRetryBackoff. Zero or negative means the defaults.
 	RetryBackoff, MaxRetryBackoff time.Duration

@@ -46,6 +46,7 @@ func (p *Plugin) Start(ctx context.Context) error {
 		p.Stop()
 		return err
 	}
+	retry := false
 	if p.cfg.Registration == RegisterWithKubelet {
 		// The first Register is bounded by the caller's ctx and also ends if Stop is called.
 		rctx, cancel := context.WithCancel(ctx)
@@ -53,11 +54,16 @@ func (p *Plugin) Start(ctx context.Context) error {
 		err := p.register(rctx)
 		stopRegister()
 		cancel()
-		if err != nil {
+		switch {
+		case err == nil:
+		case life.Err() != nil: // Stop was called meanwhile
 			_ = fsw.Close()
-			if life.Err() != nil { // Stop was called meanwhile
-				return fmt.Errorf("%w while registering", ErrStopped)
-			}
+			return fmt.Errorf("%w while registering", ErrStopped)
+		case p.cfg.KeepRegistering:
+			p.log.Error(err, "Device plugin failed to register; retrying in the background")
+			retry = true
+		default:
+			_ = fsw.Close()
 			p.log.Error(err, "Device plugin failed to register; stopping")
 			p.Stop()
 			return err
@@ -78,6 +84,12 @@ func (p *Plugin) Start(ctx context.Context) error {
 		p.watch(life, fsw, kick)
 	}()
 	if p.cfg.Registration == RegisterWithKubelet {
+		if retry {
+			select {
+			case kick <- struct{}{}:
+			default: // a kick is already pending
+			}
+		}
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()

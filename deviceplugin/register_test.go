@@ -188,3 +188,18 @@ func TestKubeletSocketElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKeepRegistering: with KeepRegistering, a first registration that fails does not stop the
+// plugin; it registers once a kubelet appears.
+func TestKeepRegistering(t *testing.T) {
+	dir := shortDir(t)
+	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir, RegisterTimeout: 100 * time.Millisecond,
+		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond, KeepRegistering: true})
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatalf("Start without a kubelet, KeepRegistering: %v", err)
+	}
+	startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), false)
+	if err := p.WaitForRegistrations(waitCtx(t), 1); err != nil {
+		t.Fatalf("plugin did not register once the kubelet appeared: %v", err)
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/devicemanager"
+)
+
+// policyFlag parses --policy.
+func policyFlag(name string) (devicemanager.Policy, error) {
+	switch name {
+	case "kubelet-1.36", "kubelet":
+		return devicemanager.KubeletPolicy(), nil
+	case "kdm":
+		return devicemanager.KDMPolicy(), nil
+	default:
+		return devicemanager.Policy{}, fmt.Errorf("unknown policy %q (want kubelet-1.36 or kdm)", name)
+	}
+}
+
+func runDaemon(args []string, _, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kdm run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rootDir := fs.String("root-dir", agent.DefaultRootDir, "directory for pod-resources/, pods/ and plugins_registry/")
+	pluginDir := fs.String("device-plugin-dir", pluginapi.DevicePluginPath, "directory of kubelet.sock, plugin sockets and the checkpoint")
+	manifests := fs.String("pod-manifest-path", "", "directory of pod manifests to admit (YAML or JSON)")
+	healthz := fs.String("healthz-bind-address", agent.DefaultHealthzBindAddress, "address for /healthz, /metrics and /status (empty disables)")
+	grace := fs.Duration("grace-period", devicemanager.DefaultGracePeriod, "how long a resource outlives its stopped plugin")
+	policy := fs.String("policy", "kubelet-1.36", "behaviour: kubelet-1.36 (identical to the kubelet) or kdm (deferred admission and the other improvements)")
+	watcher := fs.Bool("plugin-watcher", false, "also accept plugins through <root-dir>/plugins_registry")
+	allocTimeout := fs.Duration("allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none, as the kubelet)")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	pol, err := policyFlag(*policy)
+	if err != nil {
+		fmt.Fprintf(stderr, "kdm run: %v\n", err)
+		return 2
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := agent.Config{
+		RootDir:            *rootDir,
+		DevicePluginDir:    *pluginDir,
+		PodManifestPath:    *manifests,
+		HealthzBindAddress: *healthz,
+		PluginWatcher:      *watcher,
+		GracePeriod:        *grace,
+		Policy:             pol,
+		Logger:             klog.Background(),
+		Registry:           reg,
+	}
+	cfg.Endpoint.AllocateTimeout = *allocTimeout
+	cfg.Endpoint.PreferredAllocationTimeout = *allocTimeout
+	a, err := agent.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "kdm run: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	start := time.Now()
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "kdm run: %v\n", err)
+		return 1
+	}
+	klog.Background().Info("kdm exited cleanly", "uptime", time.Since(start).Round(time.Millisecond))
+	klog.Flush()
+	return 0
+}

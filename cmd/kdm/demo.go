@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/deviceplugin/nvml"
+)
+
+const gpuResource = "nvidia.com/gpu"
+
+// demo is one run of the tour; its steps print a story to out.
+type demo struct {
+	out      io.Writer
+	base     string // temp dir holding everything
+	pluginDr string
+	rootDir  string
+	podsDir  string // the agent's manifest directory
+	samples  string // sample manifests to copy in
+	start    time.Time
+}
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kdm demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	samples := fs.String("pods", filepath.Join("testdata", "pods"), "directory of sample pod manifests")
+	keep := fs.Bool("keep", false, "keep the demo's temporary directory")
+	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	base, err := os.MkdirTemp("", "kdm-demo-")
+	if err != nil {
+		fmt.Fprintf(stderr, "kdm demo: %v\n", err)
+		return 1
+	}
+	if !*keep {
+		defer func() { _ = os.RemoveAll(base) }()
+	}
+	d := &demo{out: stdout, base: base, pluginDr: filepath.Join(base, "device-plugins"), rootDir: filepath.Join(base, "kubelet"),
+		podsDir: filepath.Join(base, "manifests"), samples: *samples, start: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := d.run(ctx); err != nil {
+		fmt.Fprintf(stderr, "kdm demo: %v\n", err)
+		return 1
+	}
+	if *keep {
+		fmt.Fprintf(stdout, "\nKept %s for you to explore.\n", base)
+	}
+	return 0
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Fprintf(d.out, "[%5.2fs] "+format+"\n", append([]any{time.Since(d.start).Seconds()}, args...)...)
+}
+
+func (d *demo) run(ctx context.Context) error {
+	samples, err := filepath.Glob(filepath.Join(d.samples, "*.yaml"))
+	if err != nil || len(samples) < 2 {
+		return fmt.Errorf("need at least two sample pod manifests in %s (run from the repository root or pass --pods)", d.samples)
+	}
+	sort.Strings(samples)
+	fmt.Fprintf(d.out, "kdm demo: a device manager, eight mock A100 GPUs, sample pods, the checkpoint and a restart.\nWorking in %s\n\n", d.base)
+
+	plugin, err := nvml.New(nvml.Config{Mock: "dgxa100", PluginDir: d.pluginDr, Logger: quiet()})
+	if err != nil {
+		return fmt.Errorf("starting the mock GPU plugin: %w", err)
+	}
+	pctx, stopPlugin := context.WithCancel(ctx)
+	pluginDone := make(chan error, 1)
+
+	first, err := d.startAgent(ctx)
+	if err != nil {
+		stopPlugin()
+		return err
+	}
+	go func() { pluginDone <- plugin.Run(pctx) }()
+	defer func() {
+		stopPlugin()
+		<-pluginDone
+	}()
+	d.say("kdm started; the NVML plugin (go-nvml mock of a DGX A100) registered through %s", filepath.Join(d.pluginDr, "kubelet.sock"))
+	if err := d.waitFor(ctx, first.agent, "8 GPUs advertised", func(st agent.NodeStatus) bool {
+		return st.Capacity[gpuResource] == 8 && st.Allocatable[gpuResource] == 8
+	}); err != nil {
+		return err
+	}
+	d.printCapacity(first.agent.Status())
+
+	initial := samples[:len(samples)-1]
+	for _, s := range initial {
+		if err := copyFile(s, filepath.Join(d.podsDir, filepath.Base(s))); err != nil {
+			return err
+		}
+	}
+	d.say("Placed %d pod manifests in the manifest directory", len(initial))
+	if err := d.waitFor(ctx, first.agent, "pods admitted", func(st agent.NodeStatus) bool { return countAdmitted(st) == len(initial) }); err != nil {
+		return err
+	}
+	before := gpusByContainer(first.agent.Status())
+	d.printPods(first.agent.Status())
+	d.printCheckpoint()
+
+	d.say("Restarting kdm (the plugin is left running, as on a real node)")
+	first.stop()
+	second, err := d.startAgent(ctx)
+	if err != nil {
+		return err
+	}
+	defer second.stop()
+	if st := second.agent.Status(); st.Allocatable[gpuResource] == 0 {
+		d.say("Right after the restart: capacity %d, allocatable 0 (the resource is known only from the checkpoint until the plugin is back)", st.Capacity[gpuResource])
+	}
+	if err := d.waitFor(ctx, second.agent, "plugin re-registered", func(st agent.NodeStatus) bool { return st.Allocatable[gpuResource] == 8 }); err != nil {
+		return err
+	}
+	d.say("The plugin saw kubelet.sock re-created and registered again by itself: capacity 8, allocatable 8")
+	if err := d.waitFor(ctx, second.agent, "pods restored", func(st agent.NodeStatus) bool { return countAdmitted(st) == len(initial) }); err != nil {
+		return err
+	}
+	after := gpusByContainer(second.agent.Status())
+	for k, v := range before {
+		if after[k] != v {
+			return fmt.Errorf("container %s had GPUs %s before the restart and %s after", k, v, after[k])
+		}
+	}
+	d.say("Every pod kept exactly the GPUs it had before the restart, without a new Allocate call")
+	d.say("(ml/inference's completed init container kept its GPUs too: --policy kdm; the kubelet would reject that pod, kubernetes #124345)")
+
+	last := samples[len(samples)-1]
+	if err := copyFile(last, filepath.Join(d.podsDir, filepath.Base(last))); err != nil {
+		return err
+	}
+	d.say("Added one more pod: %s", filepath.Base(last))
+	if err := d.waitFor(ctx, second.agent, "new pod admitted", func(st agent.NodeStatus) bool { return countAdmitted(st) == len(samples) }); err != nil {
+		return err
+	}
+	final := second.agent.Status()
+	d.printPods(final)
+	if err := disjoint(gpusByContainer(final)); err != nil {
+		return err
+	}
+	d.say("No GPU is held by two pods. Done in %.1fs.", time.Since(d.start).Seconds())
+	return nil
+}
+
+// runningAgent is an agent and how to stop it.
+type runningAgent struct {
+	agent *agent.Agent
+	stop  func()
+}
+
+func (d *demo) startAgent(ctx context.Context) (*runningAgent, error) {
+	a, err := agent.New(agent.Config{RootDir: d.rootDir, DevicePluginDir: d.pluginDr, PodManifestPath: d.podsDir,
+		Policy: devicemanager.KDMPolicy(), Logger: quiet()})
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	// Run creates kubelet.sock before it serves; wait for it so that status calls are meaningful.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(d.pluginDr, "kubelet.sock")); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			cancel()
+			return nil, fmt.Errorf("kdm stopped during start-up: %w", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			return nil, errors.New("kdm did not create kubelet.sock within 10s")
+		}
+	}
+	return &runningAgent{agent: a, stop: func() { cancel(); <-done }}, nil
+}
+
+// waitFor polls the agent's status until cond holds.
+func (d *demo) waitFor(ctx context.Context, a *agent.Agent, what string, cond func(agent.NodeStatus) bool) error {
+	for {
+		if cond(a.Status()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out waiting for %s", what)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+func (d *demo) printCapacity(st agent.NodeStatus) {
+	d.say("Node resources: %s capacity %d, allocatable %d", gpuResource, st.Capacity[gpuResource], st.Allocatable[gpuResource])
+}
+
+func (d *demo) printPods(st agent.NodeStatus) {
+	for _, p := range st.Pods {
+		if p.Phase != agent.PhaseAdmitted {
+			fmt.Fprintf(d.out, "          pod %s/%s: %s %s: %s\n", p.Namespace, p.Name, p.Phase, p.Reason, p.Message)
+			continue
+		}
+		fmt.Fprintf(d.out, "          pod %s/%s: %s\n", p.Namespace, p.Name, p.Phase)
+		for _, c := range p.Containers {
+			kind := "container"
+			if c.Init {
+				kind = "init container"
+			}
+			env := "(no devices)"
+			if c.RunOptions != nil {
+				for _, e := range c.RunOptions.Envs {
+					if e.Name == "NVIDIA_VISIBLE_DEVICES" {
+						env = e.Name + "=" + shortUUIDs(e.Value)
+					}
+				}
+			}
+			fmt.Fprintf(d.out, "            %-14s %-9s %s\n", kind, c.Name, env)
+		}
+	}
+}
+
+func (d *demo) printCheckpoint() {
+	path := filepath.Join(d.pluginDr, checkpoint.FileName)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		d.say("No checkpoint yet: %v", err)
+		return
+	}
+	data, layout, err := checkpoint.Decode(raw)
+	if err != nil {
+		d.say("Checkpoint does not verify: %v", err)
+		return
+	}
+	d.say("Checkpoint %s: %d bytes, %s layout, checksum %d verified, %d entries (kdm inspect prints it in full)",
+		checkpoint.FileName, len(raw), layout, checkpoint.Checksum(data), len(data.PodDeviceEntries))
+}
+
+func countAdmitted(st agent.NodeStatus) int {
+	n := 0
+	for _, p := range st.Pods {
+		if p.Phase == agent.PhaseAdmitted {
+			n++
+		}
+	}
+	return n
+}
+
+// gpusByContainer maps pod/container to its NVIDIA_VISIBLE_DEVICES.
+func gpusByContainer(st agent.NodeStatus) map[string]string {
+	out := map[string]string{}
+	for _, p := range st.Pods {
+		for _, c := range p.Containers {
+			if c.RunOptions == nil {
+				continue
+			}
+			for _, e := range c.RunOptions.Envs {
+				if e.Name == "NVIDIA_VISIBLE_DEVICES" {
+					out[p.Namespace+"/"+p.Name+"/"+c.Name] = e.Value
+				}
+			}
+		}
+	}
+	return out
+}
+
+// disjoint checks that no GPU is visible to app containers of two different pods. Init
+// containers share with their own pod's containers by design.
+func disjoint(byContainer map[string]string) error {
+	owner := map[string]string{}
+	for k, v := range byContainer {
+		pod := k[:strings.LastIndex(k, "/")]
+		for _, id := range strings.Split(v, ",") {
+			if prev, ok := owner[id]; ok && prev != pod {
+				return fmt.Errorf("GPU %s visible to both %s and %s", id, prev, pod)
+			}
+			owner[id] = pod
+		}
+	}
+	return nil
+}
+
+func shortUUIDs(list string) string {
+	var out []string
+	for _, id := range strings.Split(list, ",") {
+		if len(id) > 12 {
+			id = "…" + id[len(id)-4:]
+		}
+		out = append(out, id)
+	}
+	return strings.Join(out, ",")
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
+		return err
+	}
+	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// quiet is a logger that drops everything: the demo tells its own story.
+func quiet() logr.Logger {
+	return funcr.New(func(string, string) {}, funcr.Options{})
+}

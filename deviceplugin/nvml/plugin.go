@@ -1,0 +1,225 @@
+package nvml
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/fsnotify/fsnotify"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/deviceplugin"
+)
+
+// Defaults.
+const (
+	DefaultResourceName = "nvidia.com/gpu"
+	DefaultSocketName   = "nvidia-gpu.sock"
+	DefaultSysfsRoot    = "/sys"
+	// MockDGXA100 selects go-nvml's mock of a DGX A100: eight A100 GPUs.
+	MockDGXA100 = "dgxa100"
+)
+
+// Config describes the GPU plugin.
+type Config struct {
+	// Mock is "" for the real libnvidia-ml, or MockDGXA100.
+	Mock string
+	// ResourceName is advertised; default nvidia.com/gpu.
+	ResourceName string
+	// PluginDir, SocketName and KubeletSocket place the sockets (see deviceplugin.Config);
+	// SocketName defaults to nvidia-gpu.sock.
+	PluginDir, SocketName, KubeletSocket string
+	// CDI answers Allocate with CDI device names (nvidia.com/gpu=<uuid>) instead of device nodes.
+	CDI bool
+	// SysfsRoot is where a GPU's NUMA node is read (<root>/bus/pci/devices/<bus id>/numa_node).
+	SysfsRoot string
+	// HealthControlDir, if set, is watched for files named after GPU UUIDs holding
+	// "Unhealthy" or "Healthy": a way for operators and tests to take a GPU out of service.
+	HealthControlDir string
+	// Events overrides the health event source (tests). Nil: NVML's XID events, when the
+	// library supports them.
+	Events EventSource
+	// Logger; the zero value means klog.Background().
+	Logger klog.Logger
+}
+
+// Plugin is the reference NVIDIA GPU device plugin: GPUs by UUID, NUMA-aware preferred
+// allocation, XID-driven health.
+type Plugin struct {
+	cfg    Config
+	log    klog.Logger
+	lib    nvml.Interface
+	gpus   []gpu
+	byUUID map[string]gpu
+	sdk    *deviceplugin.Plugin
+	events EventSource
+
+	mu        sync.Mutex
+	unhealthy map[string]string // UUID → reason
+}
+
+// New opens NVML (or the mock), enumerates the GPUs and prepares the plugin. It fails with a
+// clear error when the real library is absent.
+func New(cfg Config) (*Plugin, error) {
+	if cfg.ResourceName == "" {
+		cfg.ResourceName = DefaultResourceName
+	}
+	if cfg.SocketName == "" {
+		cfg.SocketName = DefaultSocketName
+	}
+	if cfg.SysfsRoot == "" {
+		cfg.SysfsRoot = DefaultSysfsRoot
+	}
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
+	var lib nvml.Interface
+	switch cfg.Mock {
+	case "":
+		lib = nvml.New()
+	case MockDGXA100:
+		lib = newMockDGXA100()
+	default:
+		return nil, fmt.Errorf("unknown mock %q (supported: %s)", cfg.Mock, MockDGXA100)
+	}
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, errNoLibrary
+		}
+		return nil, fmt.Errorf("initialising NVML: %v", nvml.ErrorString(ret))
+	}
+	gpus, err := enumerate(lib, cfg.SysfsRoot)
+	if err != nil {
+		_ = lib.Shutdown()
+		return nil, err
+	}
+	p := &Plugin{cfg: cfg, log: cfg.Logger.WithValues("resourceName", cfg.ResourceName), lib: lib, gpus: gpus,
+		byUUID: map[string]gpu{}, unhealthy: map[string]string{}, events: cfg.Events}
+	for _, g := range gpus {
+		p.byUUID[g.UUID] = g
+	}
+	if p.events == nil && cfg.Mock == "" {
+		if ev, err := newNVMLEvents(lib, gpus); err != nil {
+			p.log.Info("GPU health events unavailable; only the health control directory marks GPUs unhealthy", "err", err)
+		} else {
+			p.events = ev
+		}
+	}
+	sdk, err := deviceplugin.New(deviceplugin.Config{
+		ResourceName:           cfg.ResourceName,
+		PluginDir:              cfg.PluginDir,
+		SocketName:             cfg.SocketName,
+		KubeletSocket:          cfg.KubeletSocket,
+		Options:                &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+		Devices:                p.deviceList(),
+		Allocate:               p.allocate,
+		GetPreferredAllocation: p.preferred,
+		KeepRegistering:        true,
+		Logger:                 cfg.Logger,
+	})
+	if err != nil {
+		_ = lib.Shutdown()
+		return nil, err
+	}
+	p.sdk = sdk
+	p.log.Info("Found GPUs", "count", len(gpus), "mock", cfg.Mock)
+	return p, nil
+}
+
+// Run serves and registers the plugin (again whenever kubelet.sock is re-created), watches GPU
+// health, and returns when ctx ends, after shutting everything down.
+func (p *Plugin) Run(ctx context.Context) error {
+	defer func() { _ = p.lib.Shutdown() }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if p.cfg.HealthControlDir != "" {
+		w, err := fsnotify.NewWatcher()
+		if err != nil {
+			return err
+		}
+		if err := w.Add(p.cfg.HealthControlDir); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("watching health control directory: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.watchControlDir(ctx, p.cfg.HealthControlDir, w)
+		}()
+	}
+	if p.events != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.watchEvents(ctx, p.events)
+		}()
+	}
+	return p.sdk.Run(ctx)
+}
+
+// SocketPath is the plugin's socket.
+func (p *Plugin) SocketPath() string { return p.sdk.SocketPath() }
+
+// Devices returns the advertised device list.
+func (p *Plugin) Devices() []*pluginapi.Device { return p.sdk.Devices() }
+
+// MarkUnhealthy takes a GPU out of service; the manager is told at once.
+func (p *Plugin) MarkUnhealthy(uuid, reason string) error {
+	if _, ok := p.byUUID[uuid]; !ok {
+		return fmt.Errorf("unknown GPU %q", uuid)
+	}
+	p.mu.Lock()
+	p.unhealthy[uuid] = reason
+	p.mu.Unlock()
+	p.log.Info("GPU marked unhealthy", "deviceID", uuid, "reason", reason)
+	return p.sdk.SetHealth(uuid, pluginapi.Unhealthy)
+}
+
+// MarkHealthy returns a GPU to service.
+func (p *Plugin) MarkHealthy(uuid string) error {
+	if _, ok := p.byUUID[uuid]; !ok {
+		return fmt.Errorf("unknown GPU %q", uuid)
+	}
+	p.mu.Lock()
+	_, was := p.unhealthy[uuid]
+	delete(p.unhealthy, uuid)
+	p.mu.Unlock()
+	if was {
+		p.log.Info("GPU marked healthy", "deviceID", uuid)
+	}
+	return p.sdk.SetHealth(uuid, pluginapi.Healthy)
+}
+
+// deviceList builds the advertised devices: UUIDs, health, NUMA node when known.
+func (p *Plugin) deviceList() []*pluginapi.Device {
+	out := make([]*pluginapi.Device, 0, len(p.gpus))
+	for _, g := range p.gpus {
+		d := &pluginapi.Device{ID: g.UUID, Health: pluginapi.Healthy}
+		if g.NUMA >= 0 {
+			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(g.NUMA)}}}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// newMockDGXA100 is go-nvml's DGX A100 mock with stable GPU UUIDs. The mock draws random
+// UUIDs, but a real GPU keeps its UUID across plugin restarts, and so must a mock one: pods
+// hold GPUs by UUID.
+func newMockDGXA100() *server.Server {
+	s := dgxa100.New()
+	for i, d := range s.Devices {
+		if md, ok := d.(*server.Device); ok {
+			md.Lock()
+			md.UUID = fmt.Sprintf("GPU-a100a100-0000-4000-8000-%012d", i)
+			md.Unlock()
+		}
+	}
+	return s
+}
