@@ -2,7 +2,7 @@
 GO            ?= go
 STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 STATICCHECK_VERSION ?= v0.8.2
-FUZZTIME      ?= 15s
+FUZZTIME      ?= 20000x
 BENCHTIME     ?= 1s
 BIN           ?= bin
 PKGS          ?= ./...

@@ -67,11 +67,15 @@ func envAllocator(name string) func(*deviceplugin.Config) {
 
 // allocFixture is a started manager with active-pod tracking.
 type allocFixture struct {
-	t    *testing.T
-	dir  string
-	m    *ManagerImpl
-	pods *podList
+	t       *testing.T
+	dir     string
+	m       *ManagerImpl
+	pods    *podList
+	plugins []*deviceplugin.Plugin
 }
+
+// pluginsStopped returns the fixture's plugins (to stop them before a restart).
+func (f *allocFixture) pluginsStopped() []*deviceplugin.Plugin { return f.plugins }
 
 func newAllocFixture(t *testing.T, cfg Config) *allocFixture {
 	f := &allocFixture{t: t, dir: shortDir(t), pods: newPodList()}
@@ -90,6 +94,7 @@ func (f *allocFixture) plugin(res string, opts *pluginapi.DevicePluginOptions, d
 	sock := strings.ReplaceAll(res, "/", "_") + ".sock"
 	p := testPlugin(f.t, f.dir, res, sock, opts, devs, append([]func(*deviceplugin.Config){envAllocator("ENV_" + strings.ToUpper(strings.NewReplacer(".", "_", "/", "_").Replace(res)))}, mutate...)...)
 	waitFor(f.t, f.m, res+" devices", func() bool { return capacityIs(f.m, res, int64(len(devs)), int64(healthy)) })
+	f.plugins = append(f.plugins, p)
 	return p
 }
 
