@@ -46,29 +46,16 @@ func (m *ManagerImpl) updateDevices(resource string, from *endpoint.Endpoint, de
 // names the same devices as before (the common case: a health flip), the sets are updated in
 // place instead of rebuilt. Callers hold mu.
 func (m *ManagerImpl) applyDeviceListLocked(resource string, devs []*pluginapi.Device) []string {
-	old := m.allDevices[resource]
-	var changed []string
-	if m.sameMembershipLocked(resource, devs) {
-		healthy, unhealthy := m.healthy[resource], m.unhealthy[resource]
-		for _, d := range devs {
-			if old[d.ID].Health != d.Health {
-				changed = append(changed, d.ID)
-			}
-			// The sets, not the old list, decide: a disconnect moves devices to unhealthy
-			// without touching their listed health.
-			if isHealthy := d.Health == pluginapi.Healthy; isHealthy != healthy.Has(d.ID) {
-				if isHealthy {
-					unhealthy.Delete(d.ID)
-					healthy.Insert(d.ID)
-				} else {
-					healthy.Delete(d.ID)
-					unhealthy.Insert(d.ID)
-				}
-			}
-			old[d.ID] = d
-		}
+	if changed, ok := m.updateInPlaceLocked(resource, devs); ok {
 		return changed
 	}
+	return m.rebuildDeviceListLocked(resource, devs)
+}
+
+// rebuildDeviceListLocked builds fresh sets and map from devs. Callers hold mu.
+func (m *ManagerImpl) rebuildDeviceListLocked(resource string, devs []*pluginapi.Device) []string {
+	old := m.allDevices[resource]
+	var changed []string
 	healthy, unhealthy := sets.New[string](), sets.New[string]()
 	all := make(map[string]*pluginapi.Device, len(devs))
 	for _, d := range devs {
@@ -86,21 +73,54 @@ func (m *ManagerImpl) applyDeviceListLocked(resource string, devs []*pluginapi.D
 	return changed
 }
 
-// sameMembershipLocked reports whether devs names exactly the resource's current devices,
-// each once, so that the sets can be updated in place. Callers hold mu.
-func (m *ManagerImpl) sameMembershipLocked(resource string, devs []*pluginapi.Device) bool {
-	old := m.allDevices[resource]
-	if old == nil || m.healthy[resource] == nil || m.unhealthy[resource] == nil || len(old) != len(devs) {
-		return false
+// updateInPlaceLocked applies a list that names exactly the resource's current devices by
+// updating the existing sets and map. It reports false, having changed nothing, when the list
+// adds or drops a device. A list that repeats an ID (a misbehaving plugin) is detected after
+// the update and rebuilt from scratch, with every listed device reported as changed. Callers
+// hold mu.
+func (m *ManagerImpl) updateInPlaceLocked(resource string, devs []*pluginapi.Device) ([]string, bool) {
+	old, healthy, unhealthy := m.allDevices[resource], m.healthy[resource], m.unhealthy[resource]
+	if old == nil || healthy == nil || unhealthy == nil || len(old) != len(devs) {
+		return nil, false
 	}
-	distinct := make(map[string]struct{}, len(devs))
 	for _, d := range devs {
 		if _, ok := old[d.ID]; !ok {
-			return false
+			return nil, false
 		}
-		distinct[d.ID] = struct{}{}
 	}
-	return len(distinct) == len(old)
+	var changed []string
+	for _, d := range devs {
+		if old[d.ID].Health != d.Health {
+			changed = append(changed, d.ID)
+		}
+		// The sets, not the old list, decide: a disconnect moves devices to unhealthy
+		// without touching their listed health.
+		if isHealthy := d.Health == pluginapi.Healthy; isHealthy != healthy.Has(d.ID) {
+			if isHealthy {
+				unhealthy.Delete(d.ID)
+				healthy.Insert(d.ID)
+			} else {
+				healthy.Delete(d.ID)
+				unhealthy.Insert(d.ID)
+			}
+		}
+		old[d.ID] = d
+	}
+	// Same length and every ID current: a repeated ID means another current ID is missing.
+	// Each entry now holds the last device listed under its ID, so a repeat shows as an
+	// earlier device that is not its ID's entry.
+	for _, d := range devs {
+		if old[d.ID] != d {
+			delete(m.allDevices, resource)
+			m.rebuildDeviceListLocked(resource, devs)
+			all := make([]string, 0, len(devs))
+			for _, d := range devs {
+				all = append(all, d.ID)
+			}
+			return all, true
+		}
+	}
+	return changed, true
 }
 
 // notify sends one Update without blocking; it is dropped, with an error log, when the

@@ -93,3 +93,19 @@ func TestStaleInstanceListIgnored(t *testing.T) {
 		t.Fatalf("a replaced instance's list was applied")
 	}
 }
+
+// TestDuplicateIDsInList: a list that repeats one ID and so drops another is not mistaken for
+// the same devices: the dropped device leaves the resource.
+func TestDuplicateIDsInList(t *testing.T) {
+	m := startedWithSeed(t, devices(pluginapi.Healthy, "a", "b", "c")...)
+	ep := m.currentEndpointFor(gpu).ep
+	m.updateDevices(gpu, ep, devices(pluginapi.Healthy, "a", "b", "c"))
+	m.updateDevices(gpu, ep, devices(pluginapi.Healthy, "a", "a", "c"))
+	if !capacityIs(m, gpu, 2, 2) {
+		c, a, _ := m.GetCapacity()
+		t.Fatalf("after a list repeating a and dropping b: %v/%v, want 2/2", c, a)
+	}
+	if _, ok := m.GetAllocatableDevices()[gpu]["b"]; ok {
+		t.Fatalf("dropped device b is still allocatable")
+	}
+}

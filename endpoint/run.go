@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -29,7 +30,7 @@ func (e *Endpoint) Run(ctx context.Context, onDevices func([]*pluginapi.Device))
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := e.client.ListAndWatch(sctx, &pluginapi.Empty{})
+	stream, err := e.client.ListAndWatch(sctx, &pluginapi.Empty{}, grpc.ForceCodecV2(newListAndWatchCodec()))
 	if err != nil {
 		return e.streamEnded(ctx, err)
 	}

@@ -1,0 +1,192 @@
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// listAndWatchCodec is the gRPC codec of the ListAndWatch stream: the standard proto codec,
+// except that a ListAndWatchResponse is decoded by hand. A plugin re-sends its whole device
+// list on every change; decoding it reflectively costs several allocations per device, which
+// dominates the manager's cost of a health flip on a large node. The hand decoder allocates
+// every Device of a message in one slab, and all their strings in one backing string.
+//
+// Wire compatibility is exact: the codec's name is "proto", marshalling is delegated, and any
+// message the fast path does not fully understand (an unknown field, an unexpected wire type)
+// is decoded by proto.Unmarshal instead, so the result is always what protobuf-go would give.
+type listAndWatchCodec struct{ proto encoding.CodecV2 }
+
+func newListAndWatchCodec() encoding.CodecV2 {
+	return listAndWatchCodec{proto: encoding.GetCodecV2("proto")}
+}
+
+func (c listAndWatchCodec) Name() string { return "proto" }
+
+func (c listAndWatchCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c listAndWatchCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	resp, ok := v.(*pluginapi.ListAndWatchResponse)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	b := data.Materialize()
+	err := decodeListAndWatch(b, resp)
+	if errors.Is(err, errSlowPath) {
+		resp.Reset()
+		return c.proto.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, v)
+	}
+	return err
+}
+
+// errSlowPath asks for the standard decoder.
+var errSlowPath = errors.New("message needs the standard decoder")
+
+// decodeListAndWatch decodes b into resp (which must be empty). It returns errSlowPath for
+// anything beyond the fields kdm knows, and an error for malformed input or invalid UTF-8
+// (proto3 strings must be valid UTF-8, and protobuf-go rejects them too).
+func decodeListAndWatch(b []byte, resp *pluginapi.ListAndWatchResponse) error {
+	n, err := countDevices(b)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	backing := string(b) // one copy holds every string of the message
+	devs := make([]pluginapi.Device, n)
+	resp.Devices = make([]*pluginapi.Device, 0, n)
+	off := 0
+	for off < len(b) {
+		// countDevices validated the layout: every top-level field is a Devices entry.
+		_, _, tagLen := protowire.ConsumeTag(b[off:])
+		off += tagLen
+		msg, l := protowire.ConsumeBytes(b[off:])
+		d := &devs[len(resp.Devices)]
+		if err := decodeDevice(b[off+l-len(msg):off+l], off+l-len(msg), backing, d); err != nil {
+			if errors.Is(err, errSlowPath) {
+				return errSlowPath
+			}
+			return fmt.Errorf("device %d: %w", len(resp.Devices), err)
+		}
+		resp.Devices = append(resp.Devices, d)
+		off += l
+	}
+	return nil
+}
+
+// countDevices checks that every top-level field is field 1 (devices) with length-delimited
+// wire type, and counts them.
+func countDevices(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		num, typ, tagLen := protowire.ConsumeTag(b)
+		if tagLen < 0 {
+			return 0, protowire.ParseError(tagLen)
+		}
+		if num != 1 || typ != protowire.BytesType {
+			return 0, errSlowPath
+		}
+		_, l := protowire.ConsumeBytes(b[tagLen:])
+		if l < 0 {
+			return 0, protowire.ParseError(l)
+		}
+		b = b[tagLen+l:]
+		n++
+	}
+	return n, nil
+}
+
+// decodeDevice decodes one Device from msg, which starts at offset base of backing.
+func decodeDevice(msg []byte, base int, backing string, d *pluginapi.Device) error {
+	off := 0
+	for off < len(msg) {
+		num, typ, tagLen := protowire.ConsumeTag(msg[off:])
+		if tagLen < 0 {
+			return protowire.ParseError(tagLen)
+		}
+		off += tagLen
+		if typ != protowire.BytesType || num < 1 || num > 3 {
+			return errSlowPath
+		}
+		v, l := protowire.ConsumeBytes(msg[off:])
+		if l < 0 {
+			return protowire.ParseError(l)
+		}
+		start := base + off + l - len(v)
+		off += l
+		switch num {
+		case 1, 2:
+			s := backing[start : start+len(v)]
+			if !utf8.ValidString(s) {
+				return fmt.Errorf("string field %d is not valid UTF-8", num)
+			}
+			if num == 1 {
+				d.ID = s
+			} else {
+				d.Health = internHealth(s)
+			}
+		case 3:
+			if d.Topology == nil {
+				d.Topology = &pluginapi.TopologyInfo{}
+			}
+			if err := decodeTopology(v, d.Topology); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// decodeTopology merges a TopologyInfo into t, as proto does when the field repeats.
+func decodeTopology(msg []byte, t *pluginapi.TopologyInfo) error {
+	for len(msg) > 0 {
+		num, typ, tagLen := protowire.ConsumeTag(msg)
+		if tagLen < 0 {
+			return protowire.ParseError(tagLen)
+		}
+		if num != 1 || typ != protowire.BytesType {
+			return errSlowPath
+		}
+		v, l := protowire.ConsumeBytes(msg[tagLen:])
+		if l < 0 {
+			return protowire.ParseError(l)
+		}
+		msg = msg[tagLen+l:]
+		node := &pluginapi.NUMANode{}
+		for len(v) > 0 {
+			fnum, ftyp, ftag := protowire.ConsumeTag(v)
+			if ftag < 0 {
+				return protowire.ParseError(ftag)
+			}
+			if fnum != 1 || ftyp != protowire.VarintType {
+				return errSlowPath
+			}
+			id, fl := protowire.ConsumeVarint(v[ftag:])
+			if fl < 0 {
+				return protowire.ParseError(fl)
+			}
+			node.ID = int64(id)
+			v = v[ftag+fl:]
+		}
+		t.Nodes = append(t.Nodes, node)
+	}
+	return nil
+}
+
+// internHealth returns the package constant for the two common values, so a message's
+// health strings do not each keep the message's backing string alive.
+func internHealth(s string) string {
+	switch s {
+	case pluginapi.Healthy:
+		return pluginapi.Healthy
+	case pluginapi.Unhealthy:
+		return pluginapi.Unhealthy
+	}
+	return s
+}

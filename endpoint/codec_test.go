@@ -1,0 +1,98 @@
+package endpoint
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+func listMessage(t testing.TB, devs ...*pluginapi.Device) []byte {
+	t.Helper()
+	b, err := proto.Marshal(&pluginapi.ListAndWatchResponse{Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// fastOrSlow decodes like the codec: the fast path, or proto.Unmarshal when it declines.
+func fastOrSlow(b []byte) (*pluginapi.ListAndWatchResponse, error) {
+	resp := &pluginapi.ListAndWatchResponse{}
+	err := decodeListAndWatch(b, resp)
+	if err == errSlowPath {
+		resp = &pluginapi.ListAndWatchResponse{}
+		err = proto.Unmarshal(b, resp)
+	}
+	return resp, err
+}
+
+// FuzzListAndWatchDecode: on any input the codec's decoding agrees with proto.Unmarshal: both
+// fail, or both succeed with equal messages.
+func FuzzListAndWatchDecode(f *testing.F) {
+	f.Add(listMessage(f))
+	f.Add(listMessage(f, &pluginapi.Device{ID: "gpu-0", Health: pluginapi.Healthy},
+		&pluginapi.Device{ID: "a\x00b\n", Health: "Weird", Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}, {ID: -1}, {ID: 1 << 40}}}}))
+	// A device whose topology field appears twice (proto merges), an unknown field, and an
+	// ID with invalid UTF-8.
+	dev := protowire.AppendTag(nil, 3, protowire.BytesType)
+	dev = protowire.AppendBytes(dev, protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 2)))
+	dev = append(dev, dev...)
+	f.Add(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), dev))
+	f.Add(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 7)))
+	f.Add(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xff, 0xfe})))
+	f.Add([]byte{0x0a, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gotErr := fastOrSlow(b)
+		want := &pluginapi.ListAndWatchResponse{}
+		wantErr := proto.Unmarshal(b, want)
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("codec error %v, proto error %v", gotErr, wantErr)
+		}
+		if gotErr == nil && !proto.Equal(got, want) {
+			t.Fatalf("codec decoded %v, proto %v", got, want)
+		}
+	})
+}
+
+func TestDecodeLargeList(t *testing.T) {
+	devs := make([]*pluginapi.Device, 100000)
+	for i := range devs {
+		devs[i] = &pluginapi.Device{ID: fmt.Sprintf("dev-%06d", i), Health: pluginapi.Healthy,
+			Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(i % 4)}}}}
+	}
+	b := listMessage(t, devs...)
+	resp := &pluginapi.ListAndWatchResponse{}
+	if err := decodeListAndWatch(b, resp); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(resp, &pluginapi.ListAndWatchResponse{Devices: devs}) {
+		t.Fatalf("100,000 devices did not decode intact")
+	}
+}
+
+func BenchmarkDecodeListAndWatch(b *testing.B) {
+	devs := make([]*pluginapi.Device, 1000)
+	for i := range devs {
+		devs[i] = &pluginapi.Device{ID: fmt.Sprintf("GPU-%08d-0000-4000-8000-000000000000", i), Health: pluginapi.Healthy}
+	}
+	msg := listMessage(b, devs...)
+	b.Run("codec/devices=1000", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if err := decodeListAndWatch(msg, &pluginapi.ListAndWatchResponse{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("proto/devices=1000", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if err := proto.Unmarshal(msg, &pluginapi.ListAndWatchResponse{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
