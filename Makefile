@@ -9,7 +9,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build test unit lint fmt-check vet staticcheck fuzz bench demo clean
+.PHONY: all build test unit kubelet-stub lint fmt-check vet staticcheck fuzz bench demo clean
 
 all: build
 
@@ -18,8 +18,9 @@ build:
 	@mkdir -p $(BIN)
 	@for c in $$(ls cmd 2>/dev/null); do $(GO) build -o $(BIN)/$$c ./cmd/$$c || exit 1; done
 
-## test: everything CI requires: formatting, vet, staticcheck, race-enabled tests.
-test: lint unit
+## test: everything CI requires: formatting, vet, staticcheck, race-enabled tests, and the
+## kubelet's own device-plugin stub against kdm (a nested module: test/kubeletstub).
+test: lint unit kubelet-stub
 
 lint: fmt-check vet staticcheck
 
@@ -35,6 +36,9 @@ staticcheck:
 
 unit:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+kubelet-stub:
+	cd test/kubeletstub && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each; the corpus lives in testdata/fuzz.
 fuzz:
