@@ -55,9 +55,13 @@ func Dial(ctx context.Context, resourceName, socketPath string, cfg Config) (*En
 
 	octx, cancel := withTimeout(ctx, cfg.OptionsTimeout)
 	opts, err := client.GetDevicePluginOptions(octx, &pluginapi.Empty{})
+	ctxErr := octx.Err()
 	cancel()
 	if err != nil {
 		closeConn(log, conn)
+		if ctxErr != nil { // keep errors.Is(err, context.Canceled/DeadlineExceeded) true
+			return nil, fmt.Errorf("failed to get device plugin options: %w (%w)", err, ctxErr)
+		}
 		return nil, fmt.Errorf("failed to get device plugin options: %w", err)
 	}
 	log.V(4).Info("Connected to device plugin",
