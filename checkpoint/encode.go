@@ -122,7 +122,7 @@ func (w *jsonWriter) entry(buf []byte, e *PodDevicesEntry) []byte {
 		buf = append(buf, "null"...)
 	} else {
 		buf = append(buf, '"')
-		buf = base64.StdEncoding.AppendEncode(buf, e.AllocResp)
+		buf = appendBase64(buf, e.AllocResp)
 		buf = append(buf, '"')
 	}
 	return append(buf, '}')
@@ -223,7 +223,8 @@ func appendJSONString(dst []byte, s string) ([]byte, bool) {
 	valid := true
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	i := safePrefix(s)
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if jsonSafeASCII[c] {
@@ -269,4 +270,24 @@ func appendJSONString(dst []byte, s string) ([]byte, bool) {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"'), valid
+}
+
+// safePrefix returns how many leading bytes of s, in whole 8-byte words, need no escaping:
+// printable ASCII other than '"', '\\', '<', '>' and '&'. It tests a word at a time with the
+// classic SWAR zero-byte tricks, so typical IDs and names are copied without a per-byte
+// table lookup.
+func safePrefix(s string) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		v := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if v&highs != 0 || // non-ASCII
+			(v-ones*0x20)&^v&highs != 0 || // a control character (< 0x20)
+			zero(v^(ones*'"'))|zero(v^(ones*'\\'))|zero(v^(ones*'<'))|zero(v^(ones*'>'))|zero(v^(ones*'&')) != 0 {
+			break
+		}
+	}
+	return i
 }

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -119,5 +120,15 @@ func TestEncodeNilData(t *testing.T) {
 	}
 	if want := specVectors[2].file; string(got) != want {
 		t.Errorf("Encode(nil) = %s, want %s", got, want)
+	}
+}
+
+func TestAppendBase64(t *testing.T) {
+	src := make([]byte, 0, 300)
+	for n := 0; n < 300; n++ {
+		if got, want := string(appendBase64([]byte("x"), src)), "x"+base64.StdEncoding.EncodeToString(src); got != want {
+			t.Fatalf("len %d: %q, want %q", n, got, want)
+		}
+		src = append(src, byte(n*37+11))
 	}
 }
