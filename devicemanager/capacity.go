@@ -60,6 +60,7 @@ func (m *ManagerImpl) GetCapacity() (capacity, allocatable v1.ResourceList, remo
 		delete(m.healthy, res)
 		delete(m.unhealthy, res)
 		delete(m.allDevices, res)
+		delete(m.listedBy, res)
 	}
 	m.mu.Unlock()
 	if deleted.Len() > 0 {

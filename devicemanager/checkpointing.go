@@ -103,6 +103,9 @@ func (m *ManagerImpl) restoreCheckpoint() error {
 	if err != nil {
 		return err
 	}
+	if layout == checkpoint.LayoutV1 && !m.cfg.Policy.ReadLegacyCheckpoint {
+		return fmt.Errorf("checkpoint %s has the pre-1.20 layout, which the kubelet 1.36 does not read (Policy.ReadLegacyCheckpoint restores it)", m.store.Path())
+	}
 	pods, bad := restorePodDevices(data.PodDeviceEntries)
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped checkpoint entry whose allocation response does not decode",

@@ -62,6 +62,11 @@ type Config struct {
 
 	// Policy selects kdm's improvements over the kubelet. The zero value is kubelet-1.36 behaviour.
 	Policy Policy
+
+	// OnAdmissionDeferred, if set, is called when an admission starts waiting for a resource's
+	// plugin (Policy.DeferAdmission), so an agent can report the pod as pending. It must not
+	// block or call back into the manager.
+	OnAdmissionDeferred func(podUID, containerName, resource string)
 }
 
 // Policy switches on behaviour that differs from the kubelet v1.36. Each field is off in the
@@ -88,6 +93,11 @@ type Policy struct {
 	// RegisteredDevices are used on restore, and assignments are always written before
 	// Allocate returns. The kubelet writes synchronously on every message.
 	CoalesceDeviceListWrites bool
+
+	// ReadLegacyCheckpoint restores a pre-1.20 (V1) checkpoint, with every device on NUMA node
+	// 0, as kubelets 1.20 to 1.29 did. The kubelet 1.36 cannot read that layout and starts with
+	// empty state.
+	ReadLegacyCheckpoint bool
 }
 
 // KubeletPolicy is the kubelet v1.36 behaviour: every improvement off.
@@ -101,6 +111,7 @@ func KDMPolicy() Policy {
 		KeepCompletedInitDevices:    true,
 		PreferredAllocationFallback: true,
 		CoalesceDeviceListWrites:    true,
+		ReadLegacyCheckpoint:        true,
 	}
 }
 

@@ -30,6 +30,7 @@ func (m *ManagerImpl) updateDevices(resource string, from *endpoint.Endpoint, de
 		return
 	}
 	changed := m.applyDeviceListLocked(resource, devs)
+	m.listedBy[resource] = from
 	uids := m.pods.podsHolding(resource, changed)
 	m.mu.Unlock()
 

@@ -439,3 +439,33 @@ func (sc *goldenScenario) expandElisions() error {
 	sc.Inputs.Steps = steps
 	return nil
 }
+
+// TestLegacyCheckpointPolicy: the kubelet 1.36 starts empty on a pre-1.20 checkpoint; with
+// Policy.ReadLegacyCheckpoint the assignments come back, every device on NUMA node 0.
+func TestLegacyCheckpointPolicy(t *testing.T) {
+	legacy, err := os.ReadFile(filepath.Join(goldenDir, "legacy-v1-valid", checkpoint.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		policy Policy
+		want   int
+	}{{KubeletPolicy(), 0}, {Policy{ReadLegacyCheckpoint: true}, 1}} {
+		dir := shortDir(t)
+		if err := os.WriteFile(filepath.Join(dir, checkpoint.FileName), legacy, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		m := testManager(t, dir, Config{Policy: tc.policy}, Sources{})
+		m.mu.Lock()
+		entries := m.pods.entries()
+		m.mu.Unlock()
+		if len(entries) != tc.want {
+			t.Fatalf("ReadLegacyCheckpoint=%v: %d entries restored, want %d", tc.policy.ReadLegacyCheckpoint, len(entries), tc.want)
+		}
+		for _, e := range entries {
+			if _, ok := e.DeviceIDs[0]; !ok || len(e.DeviceIDs) != 1 {
+				t.Fatalf("legacy entry not on NUMA 0: %v", e.DeviceIDs)
+			}
+		}
+	}
+}

@@ -63,6 +63,7 @@ type ManagerImpl struct {
 	mu             sync.Mutex
 	endpoints      map[string]endpointInfo
 	allDevices     map[string]map[string]*pluginapi.Device
+	listedBy       map[string]*endpoint.Endpoint // the instance whose list allDevices holds
 	healthy        map[string]sets.Set[string]
 	unhealthy      map[string]sets.Set[string]
 	allocated      map[string]sets.Set[string] // devices held in podDevices, per resource
@@ -105,6 +106,7 @@ func New(cfg Config) (*ManagerImpl, error) {
 		updates:        make(chan Update, updateChannelSize),
 		endpoints:      map[string]endpointInfo{},
 		allDevices:     map[string]map[string]*pluginapi.Device{},
+		listedBy:       map[string]*endpoint.Endpoint{},
 		healthy:        map[string]sets.Set[string]{},
 		unhealthy:      map[string]sets.Set[string]{},
 		allocated:      map[string]sets.Set[string]{},

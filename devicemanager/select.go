@@ -23,8 +23,10 @@ func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1
 	}
 	timer := m.cfg.Clock.NewTimer(m.cfg.Policy.DeferAdmissionTimeout)
 	defer timer.Stop()
+	notified := false
 	m.log.Info("Deferring admission until the device plugin registers", "pod", klog.KObj(pod),
 		"containerName", container, "resourceName", res, "timeout", m.cfg.Policy.DeferAdmissionTimeout)
+
 	for {
 		m.mu.Lock()
 		changed := m.deviceChange
@@ -33,6 +35,10 @@ func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1
 		if !waiting {
 			return m.devicesToAllocate(ctx, pod, container, res, required, reusable)
 		}
+		if !notified && m.cfg.OnAdmissionDeferred != nil {
+			m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
+		}
+		notified = true
 		select {
 		case <-changed:
 		case <-timer.C():
@@ -54,8 +60,7 @@ func (m *ManagerImpl) awaitingPluginLocked(res string) bool {
 	if info.ep.IsStopped() {
 		return !info.ep.GracePeriodExpired(m.cfg.GracePeriod)
 	}
-	_, listed := m.allDevices[res]
-	return !listed // connected, first device list not received yet
+	return m.listedBy[res] != info.ep // connected, its first device list not received yet
 }
 
 // devicesToAllocate chooses and reserves the devices one container needs of one resource,

@@ -3,6 +3,7 @@
 //	kdm run        run the device manager, podresources and the pod manifest source
 //	kdm inspect    decode, verify and print a kubelet_internal_checkpoint
 //	kdm demo       a self-contained tour: manager, mock GPUs, sample pods, a restart
+//	kdm scenario   replay a restart-semantics script under kubelet-1.36 and kdm policies
 package main
 
 import (
@@ -21,6 +22,7 @@ commands:
   run        run the device manager, podresources and the pod manifest source
   inspect    decode, verify and print a kubelet_internal_checkpoint
   demo       a self-contained tour: manager, mock GPUs, sample pods, a restart
+  scenario   replay a restart-semantics script under kubelet-1.36 and kdm policies
 
 Run 'kdm <command> -h' for the command's flags.
 `
@@ -39,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runInspect(rest, stdout, stderr)
 	case "demo":
 		return runDemo(rest, stdout, stderr)
+	case "scenario":
+		return runScenario(rest, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,344 @@
+package scenario
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager"
+)
+
+// Step is one command's result: its lines, and a snapshot of every resource's counts after it
+// (for the SVG).
+type Step struct {
+	Command string
+	Lines   []string
+	Counts  map[string][2]int64 // resource → capacity, allocatable (-1: not reported)
+	At      time.Duration       // fake-clock time since the scenario started
+}
+
+// Do runs one command and returns what happened. Commands:
+//
+//	kubelet start                      start the manager (first command of every script)
+//	plugin start|stop|restart NAME [devices=N]
+//	plugin rolling-update NAME         a second instance registers, then the first exits
+//	device unhealthy|healthy NAME ID
+//	pod admit NAME gpu=2 | init=gpu:1 sidecar=nic:1 app=gpu:2 ...
+//	pod delete NAME | pod complete NAME
+//	kubelet restart                    kdm restarts; running containers keep running, plugins re-register after the re-admissions
+//	node reboot                        everything stops; nothing runs; plugins come back only with "plugin start"
+//	checkpoint corrupt | checkpoint legacy-v1 FILE | checkpoint
+//	advance DURATION                   move the fake clock, then run the node-status sync
+//	capacity | allocations
+func (r *Runner) Do(cmd string, args []string) (Step, error) {
+	st := Step{Command: strings.TrimSpace(cmd + " " + strings.Join(args, " "))}
+	lines, err := r.do(cmd, args)
+	r.inflightSettle()
+	lines = append(lines, r.drain()...)
+	if err == nil {
+		if v := r.checkExclusive(); v != "" {
+			err = errors.New(v)
+		}
+	}
+	st.Lines, st.At = lines, r.clock.Since(r.start)
+	if r.m != nil {
+		st.Counts = r.allCounts()
+	}
+	return st, err
+}
+
+// inflightSettle gives admissions that finished during the command a moment to report.
+func (r *Runner) inflightSettle() { time.Sleep(5 * time.Millisecond) }
+
+func (r *Runner) do(cmd string, args []string) ([]string, error) {
+	arg := func(i int) string {
+		if i < len(args) {
+			return args[i]
+		}
+		return ""
+	}
+	switch cmd {
+	case "kubelet":
+		switch arg(0) {
+		case "start":
+			r.ready = true
+			if err := r.startManager(nil); err != nil {
+				return nil, err
+			}
+			return []string{"kdm started"}, nil
+		case "restart":
+			return r.restart(false)
+		}
+	case "node":
+		if arg(0) == "reboot" {
+			return r.restart(true)
+		}
+	case "plugin":
+		return r.pluginCmd(arg(0), arg(1), args[min(2, len(args)):])
+	case "device":
+		p, ok := r.plugins[arg(1)]
+		if !ok || p.inst == nil {
+			return nil, fmt.Errorf("plugin %q is not running", arg(1))
+		}
+		health := pluginapi.Unhealthy
+		if arg(0) == "healthy" {
+			health = pluginapi.Healthy
+		}
+		for i, d := range p.devices {
+			if d.ID == arg(2) {
+				p.devices[i] = &pluginapi.Device{ID: d.ID, Health: health}
+			}
+		}
+		if err := p.inst.SetHealth(arg(2), health); err != nil {
+			return nil, err
+		}
+		res := r.resource(arg(1))
+		want := int64(0)
+		for _, d := range p.devices {
+			if d.Health == pluginapi.Healthy {
+				want++
+			}
+		}
+		if err := r.waitCapacity(res, func(_, a int64) bool { return a == want }); err != nil {
+			return nil, err
+		}
+		return []string{fmt.Sprintf("%s %s is %s", res, arg(2), health)}, nil
+	case "pod":
+		return r.podCmd(arg(0), arg(1), args[min(2, len(args)):])
+	case "advance":
+		d, err := time.ParseDuration(arg(0))
+		if err != nil {
+			return nil, err
+		}
+		r.clock.Step(d)
+		_, _, removed := r.m.GetCapacity()
+		out := []string{fmt.Sprintf("clock +%v (t=%v)", d, r.clock.Since(r.start))}
+		for _, res := range removed {
+			out = append(out, res+" removed: its plugin has been gone longer than the grace period; the node publishes capacity 0")
+		}
+		return out, nil
+	case "capacity":
+		return r.capacityLines(), nil
+	case "allocations":
+		return r.allocationLines(), nil
+	case "checkpoint":
+		return r.checkpointCmd(arg(0), arg(1))
+	}
+	return nil, fmt.Errorf("unknown command %q", strings.TrimSpace(cmd+" "+strings.Join(args, " ")))
+}
+
+func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
+	p := r.plugins[name]
+	switch verb {
+	case "start":
+		if p == nil {
+			n := 4
+			for _, o := range opts {
+				if v, ok := strings.CutPrefix(o, "devices="); ok {
+					var err error
+					if n, err = strconv.Atoi(v); err != nil {
+						return nil, fmt.Errorf("bad devices=%s", v)
+					}
+				}
+			}
+			p = &plugin{name: name}
+			for i := 0; i < n; i++ {
+				p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("%s-%d", name, i), Health: pluginapi.Healthy})
+			}
+			r.plugins[name] = p
+		}
+		if err := r.startPlugin(p); err != nil {
+			return nil, err
+		}
+		return []string{fmt.Sprintf("%s registered with %d devices", r.resource(name), len(p.devices))}, nil
+	case "stop":
+		if p == nil || p.inst == nil {
+			return nil, fmt.Errorf("plugin %q is not running", name)
+		}
+		p.inst.Stop()
+		p.inst = nil
+		if err := r.waitCapacity(r.resource(name), func(_, a int64) bool { return a <= 0 }); err != nil {
+			return nil, err
+		}
+		return []string{r.resource(name) + " plugin exited; its devices are unhealthy, capacity kept for the grace period"}, nil
+	case "restart":
+		out, err := r.pluginCmd("stop", name, nil)
+		if err != nil {
+			return nil, err
+		}
+		more, err := r.pluginCmd("start", name, nil)
+		return append(out, more...), err
+	case "rolling-update":
+		if p == nil || p.inst == nil {
+			return nil, fmt.Errorf("plugin %q is not running", name)
+		}
+		old := p.inst
+		if err := r.startPlugin(p); err != nil {
+			return nil, err
+		}
+		c1, a1 := r.counts(r.resource(name))
+		old.DropStreams()
+		old.Stop()
+		time.Sleep(20 * time.Millisecond) // let the old stream's end reach the manager
+		c2, a2 := r.counts(r.resource(name))
+		return []string{
+			fmt.Sprintf("new instance %s registered while the old one runs: capacity %d, allocatable %d", p.socket, c1, a1),
+			fmt.Sprintf("old instance exited: capacity %d, allocatable %d", c2, a2),
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown plugin command %q", verb)
+}
+
+func (r *Runner) podCmd(verb, name string, args []string) ([]string, error) {
+	switch verb {
+	case "admit":
+		obj, err := r.parsePod(name, args)
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		r.pods[name] = &pod{obj: obj}
+		r.order = append(r.order, name)
+		r.mu.Unlock()
+		r.admit(name)
+		return nil, nil
+	case "delete", "complete":
+		p, ok := r.pods[name]
+		if !ok {
+			return nil, fmt.Errorf("no pod %q", name)
+		}
+		r.mu.Lock()
+		p.running = false
+		if verb == "delete" {
+			p.state = "deleted"
+		} else {
+			p.completed = true
+		}
+		r.mu.Unlock()
+		r.m.UpdateAllocatedDevices()
+		if verb == "delete" {
+			return []string{name + " deleted; its devices are released"}, nil
+		}
+		return []string{name + " completed; its containers no longer run (the pod object remains)"}, nil
+	}
+	return nil, fmt.Errorf("unknown pod command %q", verb)
+}
+
+// restart stops the manager and starts a new one on the same directory. On a kubelet restart
+// the containers keep running and the plugins, still alive, register again once the existing
+// pods have been re-admitted; on a node reboot nothing runs and the plugins stay down.
+func (r *Runner) restart(reboot bool) ([]string, error) {
+	if err := r.m.Stop(); err != nil {
+		return nil, err
+	}
+	var out []string
+	stopped := map[string]bool{}
+	for _, name := range sortedNames(r.plugins) {
+		if p := r.plugins[name]; p.inst != nil {
+			p.inst.Stop()
+			p.inst = nil
+			stopped[name] = true
+		}
+	}
+	var running []devicemanager.ContainerKey
+	r.mu.Lock()
+	r.ready = false
+	for _, p := range r.pods {
+		if reboot {
+			p.running = false
+		}
+		if !p.running || p.state == "deleted" || p.state == "rejected" {
+			continue
+		}
+		for _, c := range p.obj.Spec.InitContainers {
+			if c.RestartPolicy != nil {
+				running = append(running, devicemanager.ContainerKey{PodUID: string(p.obj.UID), ContainerName: c.Name})
+			}
+		}
+		for _, c := range p.obj.Spec.Containers {
+			running = append(running, devicemanager.ContainerKey{PodUID: string(p.obj.UID), ContainerName: c.Name})
+		}
+	}
+	r.mu.Unlock()
+	if err := r.startManager(running); err != nil {
+		return nil, err
+	}
+	if reboot {
+		out = append(out, "node rebooted: kdm started from the checkpoint; no container is running; plugins are down")
+	} else {
+		out = append(out, "kdm restarted from the checkpoint; containers keep running")
+	}
+	out = append(out, r.capacityLines()...)
+	for _, name := range r.order {
+		p := r.pods[name]
+		if p.state == "deleted" || p.state == "rejected" {
+			continue
+		}
+		out = append(out, "re-admitting "+name)
+		r.admit(name)
+		out = append(out, r.drain()...)
+	}
+	r.mu.Lock()
+	r.ready = true
+	r.mu.Unlock()
+	r.m.UpdateAllocatedDevices()
+	if !reboot {
+		for _, name := range sortedNames(stopped) {
+			if err := r.startPlugin(r.plugins[name]); err != nil {
+				return nil, err
+			}
+			out = append(out, r.resource(name)+" plugin saw kubelet.sock re-created and registered again")
+		}
+	}
+	return out, nil
+}
+
+func (r *Runner) checkpointCmd(verb, file string) ([]string, error) {
+	path := filepath.Join(r.dir, checkpoint.FileName)
+	switch verb {
+	case "corrupt":
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return []string{"truncated kubelet_internal_checkpoint to half its size (a torn write)"}, os.WriteFile(path, b[:len(b)/2], 0o600)
+	case "legacy-v1":
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(r.ScriptDir, file)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		return []string{"replaced the checkpoint with a pre-1.20 (V1) file: " + filepath.Base(filepath.Dir(file))}, os.WriteFile(path, b, 0o600)
+	case "":
+		entries, _ := os.ReadDir(r.dir)
+		var quarantined []string
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), checkpoint.FileName+".corrupt-") {
+				quarantined = append(quarantined, "kubelet_internal_checkpoint.corrupt-<time>")
+			}
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return append([]string{"checkpoint: none"}, quarantined...), nil
+		}
+		d, layout, err := checkpoint.Decode(b)
+		if err != nil {
+			return []string{"checkpoint: unreadable: " + err.Error()}, nil
+		}
+		out := []string{fmt.Sprintf("checkpoint: %s layout, %d entries, registered %s", layout, len(d.PodDeviceEntries), strings.Join(sortedNames(d.RegisteredDevices), ","))}
+		for _, q := range quarantined {
+			out = append(out, "quarantined: "+q)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown checkpoint command %q", verb)
+}

@@ -1,0 +1,314 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/deviceplugin"
+)
+
+// settle bounds every wait for the real manager and plugins to reach a state.
+const settle = 20 * time.Second
+
+// Runner drives one real device manager and real plugins over unix sockets in a temporary
+// directory, with a fake clock, through a scenario's commands. It is not safe for concurrent
+// use; admissions it starts run in their own goroutines and are reported as they finish.
+type Runner struct {
+	// ScriptDir resolves relative file arguments (checkpoint legacy-v1 FILE).
+	ScriptDir string
+
+	policyName string
+	policy     devicemanager.Policy
+	dir        string
+	clock      *clocktesting.FakeClock
+	start      time.Time
+	m          *devicemanager.ManagerImpl
+	ready      bool // sources ready
+	plugins    map[string]*plugin
+	pods       map[string]*pod
+	order      []string // pod names in admission order
+	log        logr.Logger
+
+	mu       sync.Mutex
+	events   []string // admission outcomes not yet printed
+	deferred chan string
+	inflight sync.WaitGroup
+}
+
+type plugin struct {
+	name    string
+	devices []*pluginapi.Device
+	inst    *deviceplugin.Plugin
+	socket  string
+	serial  int
+}
+
+type pod struct {
+	obj       *v1.Pod
+	state     string // admitted, rejected, waiting, deleted, completed
+	running   bool   // its app containers and sidecars run
+	completed bool
+}
+
+// NewRunner prepares a runner for a policy ("kubelet-1.36" or "kdm").
+func NewRunner(policy string) (*Runner, error) {
+	r := &Runner{policyName: policy, plugins: map[string]*plugin{}, pods: map[string]*pod{},
+		log: funcr.New(func(string, string) {}, funcr.Options{}), deferred: make(chan string, 64)}
+	switch policy {
+	case "kubelet-1.36":
+		r.policy = devicemanager.KubeletPolicy()
+	case "kdm":
+		r.policy = devicemanager.KDMPolicy()
+		r.policy.CoalesceDeviceListWrites = false // keep the file in step with every command
+	default:
+		return nil, fmt.Errorf("unknown policy %q (want kubelet-1.36 or kdm)", policy)
+	}
+	dir, err := os.MkdirTemp("", "kdm-sc")
+	if err != nil {
+		return nil, err
+	}
+	r.dir = dir
+	r.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.clock = clocktesting.NewFakeClock(r.start)
+	return r, nil
+}
+
+// Close stops everything and removes the runner's directory.
+func (r *Runner) Close() {
+	for _, p := range r.plugins {
+		if p.inst != nil {
+			p.inst.Stop()
+		}
+	}
+	if r.m != nil {
+		_ = r.m.Stop()
+	}
+	r.inflight.Wait()
+	_ = os.RemoveAll(r.dir)
+}
+
+func (r *Runner) resource(name string) string { return "example.com/" + name }
+
+// startManager starts a manager on the runner's directory. running lists the containers the
+// "runtime" reports running.
+func (r *Runner) startManager(running []devicemanager.ContainerKey) error {
+	quarantine := r.policyName != "kubelet-1.36"
+	m, err := devicemanager.New(devicemanager.Config{
+		PluginDir: r.dir, Clock: r.clock, Logger: r.log, Policy: r.policy, QuarantineCorruptCheckpoint: &quarantine,
+		OnAdmissionDeferred: func(podUID, _, _ string) {
+			select {
+			case r.deferred <- podUID:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := m.Start(context.Background(), devicemanager.Sources{
+		ActivePods:        r.activePods,
+		SourcesReady:      func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.ready },
+		RunningContainers: running,
+	}); err != nil {
+		return err
+	}
+	r.m = m
+	return nil
+}
+
+func (r *Runner) activePods() []*v1.Pod {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*v1.Pod
+	for _, p := range r.pods {
+		if p.state != "deleted" && p.state != "rejected" {
+			out = append(out, p.obj)
+		}
+	}
+	return out
+}
+
+// startPlugin starts a new instance of the named plugin and waits until the manager lists its
+// devices.
+func (r *Runner) startPlugin(p *plugin) error {
+	p.serial++
+	socket := fmt.Sprintf("%s-%d.sock", p.name, p.serial)
+	inst, err := deviceplugin.New(deviceplugin.Config{
+		ResourceName: r.resource(p.name), PluginDir: r.dir, SocketName: socket,
+		Options: &pluginapi.DevicePluginOptions{}, Devices: p.devices, Logger: r.log, KeepRegistering: true,
+	})
+	if err != nil {
+		return err
+	}
+	if err := inst.Start(context.Background()); err != nil {
+		return err
+	}
+	p.inst, p.socket = inst, socket
+	return r.waitCapacity(r.resource(p.name), func(c, _ int64) bool { return c == int64(len(p.devices)) })
+}
+
+// waitCapacity polls GetCapacity until cond holds for the resource.
+func (r *Runner) waitCapacity(res string, cond func(capacity, allocatable int64) bool) error {
+	deadline := time.Now().Add(settle)
+	for {
+		c, a := r.counts(res)
+		if cond(c, a) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not settle: capacity %d allocatable %d", res, c, a)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (r *Runner) counts(res string) (int64, int64) {
+	c, a, _ := r.m.GetCapacity()
+	cq, ok := c[v1.ResourceName(res)]
+	if !ok {
+		return -1, -1
+	}
+	aq := a[v1.ResourceName(res)]
+	return cq.Value(), aq.Value()
+}
+
+// parsePod builds a pod from "init=gpu:1 sidecar=nic:1 app=gpu:2" or the short "gpu=2".
+func (r *Runner) parsePod(name string, args []string) (*v1.Pod, error) {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}}
+	always := v1.ContainerRestartPolicyAlways
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			return nil, fmt.Errorf("bad pod argument %q (want kind=resource:count or resource=count)", a)
+		}
+		kind, spec := k, v
+		if k != "init" && k != "sidecar" && k != "app" {
+			kind, spec = "app", k+":"+v
+		}
+		res, count, ok := strings.Cut(spec, ":")
+		if !ok {
+			return nil, fmt.Errorf("bad container spec %q (want resource:count)", spec)
+		}
+		qty, err := resource.ParseQuantity(count)
+		if err != nil {
+			return nil, fmt.Errorf("bad count in %q: %w", spec, err)
+		}
+		c := v1.Container{Name: kind, Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceName(r.resource(res)): qty}}}
+		switch kind {
+		case "init":
+			c.Name = fmt.Sprintf("init-%d", len(p.Spec.InitContainers))
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+		case "sidecar":
+			c.Name = fmt.Sprintf("sidecar-%d", len(p.Spec.InitContainers))
+			c.RestartPolicy = &always
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+		default:
+			c.Name = fmt.Sprintf("app-%d", len(p.Spec.Containers))
+			p.Spec.Containers = append(p.Spec.Containers, c)
+		}
+	}
+	if len(p.Spec.Containers) == 0 {
+		return nil, fmt.Errorf("pod %s has no app container", name)
+	}
+	return p, nil
+}
+
+// admit runs the pod's admission (init containers first) in a goroutine and waits until it
+// finishes or starts waiting for a plugin.
+func (r *Runner) admit(name string) {
+	p := r.pods[name]
+	r.mu.Lock()
+	p.state = "admitting"
+	r.mu.Unlock()
+	done := make(chan struct{})
+	r.inflight.Add(1)
+	go func() {
+		defer r.inflight.Done()
+		defer close(done)
+		var err error
+		for _, c := range allContainers(p.obj) {
+			if err = r.m.Allocate(context.Background(), p.obj, c); err != nil {
+				break
+			}
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		waited := p.state == "waiting"
+		if err != nil {
+			p.state = "rejected"
+			r.events = append(r.events, fmt.Sprintf("%s rejected: UnexpectedAdmissionError: Allocate failed due to %v, which is unexpected", name, err))
+			return
+		}
+		p.state, p.running = "admitted", true
+		if waited {
+			r.events = append(r.events, name+" admitted after waiting for its device plugin")
+		} else {
+			r.events = append(r.events, name+" admitted")
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case uid := <-r.deferred:
+			if uid == string(p.obj.UID) {
+				r.mu.Lock()
+				p.state = "waiting"
+				r.events = append(r.events, name+" waiting for its device plugin (deferred admission)")
+				r.mu.Unlock()
+				return
+			}
+		case <-time.After(settle):
+			r.mu.Lock()
+			r.events = append(r.events, name+" admission still running after "+settle.String())
+			r.mu.Unlock()
+			return
+		}
+	}
+}
+
+// drain returns the admission outcomes since the last call.
+func (r *Runner) drain() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := r.events
+	r.events = nil
+	return ev
+}
+
+func allContainers(p *v1.Pod) []*v1.Container {
+	var out []*v1.Container
+	for i := range p.Spec.InitContainers {
+		out = append(out, &p.Spec.InitContainers[i])
+	}
+	for i := range p.Spec.Containers {
+		out = append(out, &p.Spec.Containers[i])
+	}
+	return out
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func v1Name(s string) v1.ResourceName { return v1.ResourceName(s) }
