@@ -61,8 +61,9 @@ func (a *Agent) serveHTTP(ctx context.Context) error {
 	return err
 }
 
-// Status reports the node's device resources (removed resources at 0, as the kubelet
-// publishes them) and every pod's admission outcome.
+// Status reports the node's device resources and every pod's admission outcome. A resource
+// removed after its plugin's grace period is published at 0, as the kubelet does, unless the
+// policy drops removed resources.
 func (a *Agent) Status() NodeStatus {
 	c, al, removed := a.manager.GetCapacity()
 	st := NodeStatus{Capacity: map[string]int64{}, Allocatable: map[string]int64{}, Removed: removed}
@@ -72,8 +73,10 @@ func (a *Agent) Status() NodeStatus {
 	for name, q := range al {
 		st.Allocatable[string(name)] = q.Value()
 	}
-	for _, r := range removed {
-		st.Capacity[r], st.Allocatable[r] = 0, 0
+	if !a.manager.Policy().DropRemovedResources {
+		for _, r := range removed {
+			st.Capacity[r], st.Allocatable[r] = 0, 0 // the kubelet keeps them at 0
+		}
 	}
 	a.mu.Lock()
 	for _, r := range a.results {

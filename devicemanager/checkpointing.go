@@ -26,6 +26,11 @@ func (m *ManagerImpl) snapshotLocked() *checkpoint.Data {
 func (m *ManagerImpl) writeCheckpoint() error {
 	m.writeMu.Lock()
 	defer m.writeMu.Unlock()
+	return m.writeCheckpointLocked()
+}
+
+// writeCheckpointLocked is writeCheckpoint for callers that hold writeMu.
+func (m *ManagerImpl) writeCheckpointLocked() error {
 	m.mu.Lock()
 	data := m.snapshotLocked()
 	m.mu.Unlock()
@@ -44,6 +49,22 @@ func (m *ManagerImpl) FlushCheckpoint() error { return m.writeCheckpoint() }
 // persistDeviceLists records a device-list change on disk: at once, as the kubelet does, or,
 // with Policy.CoalesceDeviceListWrites, by the background writer, which folds a burst of
 // updates into one write. Errors are logged: a device list is not worth failing a stream.
+// WaitForCheckpointWrites returns once every checkpoint write whose change is already visible
+// (in GetCapacity, say) has reached the disk. With Policy.CoalesceDeviceListWrites, device-list
+// writes still queued are not waited for.
+func (m *ManagerImpl) WaitForCheckpointWrites() {
+	m.writeMu.Lock()
+	//lint:ignore SA2001 waiting for the writer to let go is the point
+	m.writeMu.Unlock()
+}
+
+// persistDeviceListsLocked writes a device-list change at once, for callers that hold writeMu.
+func (m *ManagerImpl) persistDeviceListsLocked() {
+	if err := m.writeCheckpointLocked(); err != nil {
+		m.log.Error(err, "Writing checkpoint encountered")
+	}
+}
+
 func (m *ManagerImpl) persistDeviceLists() {
 	if !m.cfg.Policy.CoalesceDeviceListWrites {
 		if err := m.writeCheckpoint(); err != nil {

@@ -94,6 +94,12 @@ type Policy struct {
 	// Allocate returns. The kubelet writes synchronously on every message.
 	CoalesceDeviceListWrites bool
 
+	// DropRemovedResources tells node-status publishers to remove a resource whose plugin has
+	// been gone past the grace period from the node's capacity, instead of publishing it at 0
+	// for ever as the kubelet does (kubernetes #99571, #53395). The manager itself behaves the
+	// same either way; publishers read it with ManagerImpl.Policy.
+	DropRemovedResources bool
+
 	// ReadLegacyCheckpoint restores a pre-1.20 (V1) checkpoint, with every device on NUMA node
 	// 0, as kubelets 1.20 to 1.29 did. The kubelet 1.36 cannot read that layout and starts with
 	// empty state.
@@ -112,6 +118,7 @@ func KDMPolicy() Policy {
 		PreferredAllocationFallback: true,
 		CoalesceDeviceListWrites:    true,
 		ReadLegacyCheckpoint:        true,
+		DropRemovedResources:        true,
 	}
 }
 

@@ -23,6 +23,12 @@ func (m *ManagerImpl) Updates() <-chan Update { return m.updates }
 // the checkpoint. Lists from an instance that is no longer the resource's current one are
 // ignored, so a replaced plugin cannot overwrite its successor's devices.
 func (m *ManagerImpl) updateDevices(resource string, from *endpoint.Endpoint, devs []*pluginapi.Device) {
+	sync := !m.cfg.Policy.CoalesceDeviceListWrites
+	if sync {
+		// The change and its write form one step for WaitForCheckpointWrites.
+		m.writeMu.Lock()
+		defer m.writeMu.Unlock()
+	}
 	m.mu.Lock()
 	if cur, ok := m.endpoints[resource]; !ok || cur.ep != from {
 		m.mu.Unlock()
@@ -36,7 +42,11 @@ func (m *ManagerImpl) updateDevices(resource string, from *endpoint.Endpoint, de
 
 	m.notify(resource, uids)
 	m.log.V(4).Info("Updated devices of resource", "resourceName", resource, "devices", len(devs))
-	m.persistDeviceLists()
+	if sync {
+		m.persistDeviceListsLocked()
+	} else {
+		m.persistDeviceLists()
+	}
 	m.mu.Lock()
 	m.signalDeviceChangeLocked()
 	m.mu.Unlock()

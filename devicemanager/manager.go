@@ -119,6 +119,9 @@ func New(cfg Config) (*ManagerImpl, error) {
 	}, nil
 }
 
+// Policy returns the manager's policy (defaults applied).
+func (m *ManagerImpl) Policy() Policy { return m.cfg.Policy }
+
 // SocketPath is the registration socket, <PluginDir>/kubelet.sock.
 func (m *ManagerImpl) SocketPath() string { return m.socketPath }
 

@@ -54,8 +54,39 @@ func (r *Runner) Do(cmd string, args []string) (Step, error) {
 	return st, err
 }
 
-// inflightSettle gives admissions that finished during the command a moment to report.
-func (r *Runner) inflightSettle() { time.Sleep(5 * time.Millisecond) }
+// inflightSettle waits, within settle, until no admission is still waiting for a plugin whose
+// devices are now allocatable: such an admission is about to finish and belongs to this
+// command's outcome. Admissions whose plugins are still down keep waiting.
+func (r *Runner) inflightSettle() {
+	if r.m == nil {
+		return
+	}
+	deadline := time.Now().Add(settle)
+	for time.Now().Before(deadline) && r.someWaiterCanProceed() {
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (r *Runner) someWaiterCanProceed() bool {
+	r.mu.Lock()
+	var waiting []*pod
+	for _, p := range r.pods {
+		if p.state == "waiting" {
+			waiting = append(waiting, p)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range waiting {
+		for _, c := range allContainers(p.obj) {
+			for name := range c.Resources.Limits {
+				if _, a := r.counts(string(name)); a > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
 
 func (r *Runner) do(cmd string, args []string) ([]string, error) {
 	arg := func(i int) string {
@@ -121,7 +152,11 @@ func (r *Runner) do(cmd string, args []string) ([]string, error) {
 		_, _, removed := r.m.GetCapacity()
 		out := []string{fmt.Sprintf("clock +%v (t=%v)", d, r.clock.Since(r.start))}
 		for _, res := range removed {
-			out = append(out, res+" removed: its plugin has been gone longer than the grace period; the node publishes capacity 0")
+			if r.m.Policy().DropRemovedResources {
+				out = append(out, res+" removed: its plugin has been gone longer than the grace period; the node drops it from its capacity")
+			} else {
+				out = append(out, res+" removed: its plugin has been gone longer than the grace period; the node publishes capacity 0 for it from now on")
+			}
 		}
 		return out, nil
 	case "capacity":

@@ -159,7 +159,14 @@ func (r *Runner) startPlugin(p *plugin) error {
 		return err
 	}
 	p.inst, p.socket = inst, socket
-	return r.waitCapacity(r.resource(p.name), func(c, _ int64) bool { return c == int64(len(p.devices)) })
+	healthy := int64(0)
+	for _, d := range p.devices {
+		if d.Health == pluginapi.Healthy {
+			healthy++
+		}
+	}
+	// Capacity survives a plugin's exit, so wait for the new instance's healthy devices.
+	return r.waitCapacity(r.resource(p.name), func(c, a int64) bool { return c == int64(len(p.devices)) && a == healthy })
 }
 
 // waitCapacity polls GetCapacity until cond holds for the resource.
@@ -168,6 +175,7 @@ func (r *Runner) waitCapacity(res string, cond func(capacity, allocatable int64)
 	for {
 		c, a := r.counts(res)
 		if cond(c, a) {
+			r.m.WaitForCheckpointWrites() // the file matches what is visible
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -232,6 +240,13 @@ func (r *Runner) parsePod(name string, args []string) (*v1.Pod, error) {
 // finishes or starts waiting for a plugin.
 func (r *Runner) admit(name string) {
 	p := r.pods[name]
+	for drained := false; !drained; { // notices from earlier admissions are stale
+		select {
+		case <-r.deferred:
+		default:
+			drained = true
+		}
+	}
 	r.mu.Lock()
 	p.state = "admitting"
 	r.mu.Unlock()
@@ -268,8 +283,10 @@ func (r *Runner) admit(name string) {
 		case uid := <-r.deferred:
 			if uid == string(p.obj.UID) {
 				r.mu.Lock()
-				p.state = "waiting"
-				r.events = append(r.events, name+" waiting for its device plugin (deferred admission)")
+				if p.state == "admitting" { // not finished meanwhile
+					p.state = "waiting"
+					r.events = append(r.events, name+" waiting for its device plugin (deferred admission)")
+				}
 				r.mu.Unlock()
 				return
 			}

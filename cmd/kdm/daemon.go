@@ -16,6 +16,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/endpoint"
 )
 
 // policyFlag parses --policy.
@@ -40,7 +41,7 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	grace := fs.Duration("grace-period", devicemanager.DefaultGracePeriod, "how long a resource outlives its stopped plugin")
 	policy := fs.String("policy", "kubelet-1.36", "behaviour: kubelet-1.36 (identical to the kubelet) or kdm (deferred admission and the other improvements)")
 	watcher := fs.Bool("plugin-watcher", false, "also accept plugins through <root-dir>/plugins_registry")
-	allocTimeout := fs.Duration("allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none, as the kubelet)")
+	allocTimeout := fs.Duration("allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none under kubelet-1.36, 30s/10s under kdm)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
@@ -67,6 +68,11 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	}
 	cfg.Endpoint.AllocateTimeout = *allocTimeout
 	cfg.Endpoint.PreferredAllocationTimeout = *allocTimeout
+	if *policy == "kdm" && *allocTimeout == 0 {
+		// kdm's policy bounds the plugin RPCs the kubelet leaves unbounded (#117435, #129249).
+		cfg.Endpoint.AllocateTimeout = endpoint.RecommendedAllocateTimeout
+		cfg.Endpoint.PreferredAllocationTimeout = endpoint.RecommendedPreferredAllocationTimeout
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kdm run: %v\n", err)
