@@ -9,7 +9,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build test unit kubelet-stub lint fmt-check vet staticcheck fuzz bench demo clean
+.PHONY: all build test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench demo clean
 
 all: build
 
@@ -18,9 +18,15 @@ build:
 	@mkdir -p $(BIN)
 	@for c in $$(ls cmd 2>/dev/null); do $(GO) build -o $(BIN)/$$c ./cmd/$$c || exit 1; done
 
-## test: everything CI requires: formatting, vet, staticcheck, race-enabled tests, and the
-## kubelet's own device-plugin stub against kdm (a nested module: test/kubeletstub).
-test: lint unit kubelet-stub
+## test: everything CI requires: formatting, vet, staticcheck, race-enabled tests (the API
+## server tests among them, against a real kube-apiserver and etcd), and the kubelet's own
+## device-plugin stub against kdm (a nested module: test/kubeletstub).
+test: lint kubebins unit kubelet-stub
+
+## kubebins: build the test cluster's kube-apiserver and etcd (nested module test/kubebins),
+## cached by a hash of that module's files; minutes cold, instant when cached.
+kubebins:
+	$(GO) run ./e2e/kubecluster/kubebins
 
 lint: fmt-check vet staticcheck
 

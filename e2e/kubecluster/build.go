@@ -1,0 +1,142 @@
+// Package kubecluster runs a real kube-apiserver backed by a real etcd on 127.0.0.1 for the
+// project's tests. The binaries are built from the nested module test/kubebins (k8s.io/kubernetes
+// and go.etcd.io/etcd/server/v3 from the Go module proxy) and cached by a hash of that module's
+// files, so only the first build on a machine pays the few minutes a cold build costs.
+package kubecluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// KubernetesVersion is the version of k8s.io/kubernetes that test/kubebins pins; the apiserver
+// reports it.
+const KubernetesVersion = "v1.36.3"
+
+// CacheDirEnv overrides where built binaries are cached (default: the user cache directory,
+// under kdm/kubebins).
+const CacheDirEnv = "KDM_KUBEBINS_CACHE"
+
+// Binaries are the paths of a built kube-apiserver and etcd.
+type Binaries struct {
+	APIServer string
+	Etcd      string
+}
+
+// Build returns the binaries of the module at moduleDir, building them if the cache has no
+// build of the module's current content. Concurrent callers on one machine wait for one build.
+// Build output goes to log.
+func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, error) {
+	key, err := contentKey(moduleDir)
+	if err != nil {
+		return Binaries{}, err
+	}
+	root := os.Getenv(CacheDirEnv)
+	if root == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return Binaries{}, fmt.Errorf("no cache directory: set %s: %w", CacheDirEnv, err)
+		}
+		root = filepath.Join(base, "kdm", "kubebins")
+	}
+	dir := filepath.Join(root, key)
+	bins := Binaries{APIServer: filepath.Join(dir, "kube-apiserver"), Etcd: filepath.Join(dir, "etcd")}
+	if bins.present() {
+		return bins, nil
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return Binaries{}, err
+	}
+	lock, err := os.OpenFile(filepath.Join(root, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return Binaries{}, err
+	}
+	defer func() { _ = lock.Close() }()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return Binaries{}, fmt.Errorf("locking the kubebins cache: %w", err)
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	if bins.present() { // built by someone else while we waited
+		return bins, nil
+	}
+	tmp, err := os.MkdirTemp(root, ".build-")
+	if err != nil {
+		return Binaries{}, err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	ldflags := strings.Join([]string{
+		"-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
+		"-X k8s.io/component-base/version.gitMajor=1",
+		"-X k8s.io/component-base/version.gitMinor=36",
+		"-X k8s.io/component-base/version.gitTreeState=clean",
+	}, " ")
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", ldflags, "-o", tmp+"/",
+		"k8s.io/kubernetes/cmd/kube-apiserver", "./etcd")
+	cmd.Dir = moduleDir
+	cmd.Stdout, cmd.Stderr = log, log
+	fmt.Fprintf(log, "kubecluster: building kube-apiserver %s and etcd into %s (a cold build takes minutes)\n", KubernetesVersion, dir)
+	if err := cmd.Run(); err != nil {
+		return Binaries{}, fmt.Errorf("building kube-apiserver and etcd in %s: %w", moduleDir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return Binaries{}, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return Binaries{}, err
+	}
+	if !bins.present() {
+		return Binaries{}, errors.New("kubecluster: build produced no binaries")
+	}
+	return bins, nil
+}
+
+func (b Binaries) present() bool {
+	for _, p := range []string{b.APIServer, b.Etcd} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// contentKey hashes every file of the module (paths and contents), the Go version and the
+// platform: any change to what is built, or how, gives a new key.
+func contentKey(moduleDir string) (string, error) {
+	var files []string
+	err := filepath.WalkDir(moduleDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", moduleDir, err)
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %s/%s %s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, KubernetesVersion)
+	for _, f := range files {
+		rel, _ := filepath.Rel(moduleDir, f)
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", rel, len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}

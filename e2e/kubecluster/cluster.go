@@ -1,0 +1,297 @@
+package kubecluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options describe a cluster to start.
+type Options struct {
+	// Binaries to run.
+	Binaries Binaries
+	// Dir holds certificates, tokens, etcd's data and both servers' logs. It must exist.
+	Dir string
+	// Nodes are the node names that get a kubelet identity (user system:node:<name> in group
+	// system:nodes), authorised by the Node authorizer and NodeRestriction as kubelets are.
+	Nodes []string
+	// ReadyTimeout bounds the wait for /readyz; default one minute.
+	ReadyTimeout time.Duration
+}
+
+// Cluster is a running etcd and kube-apiserver.
+type Cluster struct {
+	// URL is the apiserver's https address.
+	URL  string
+	dir  string
+	ca   []byte
+	tok  map[string]string // user → bearer token
+	etcd *server
+	api  *server
+}
+
+// AdminUser is the identity in system:masters that tests use to create pods.
+const AdminUser = "admin"
+
+// Start starts etcd and kube-apiserver and waits until the apiserver is ready. On error
+// everything started is stopped again. Stop the cluster with Stop.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = time.Minute
+	}
+	c := &Cluster{dir: opts.Dir, tok: map[string]string{}}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	pki, err := writePKI(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c.ca = pki.caPEM
+	var tokens strings.Builder
+	identities := [][3]string{{AdminUser, AdminUser, "system:masters"}}
+	for _, n := range opts.Nodes {
+		identities = append(identities, [3]string{"system:node:" + n, "system:node:" + n, "system:nodes"})
+	}
+	for i, id := range identities {
+		t, err := randomToken()
+		if err != nil {
+			return nil, err
+		}
+		c.tok[id[0]] = t
+		fmt.Fprintf(&tokens, "%s,%s,uid-%d,\"%s\"\n", t, id[1], i, id[2])
+	}
+	tokenFile := filepath.Join(opts.Dir, "tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(tokens.String()), 0o600); err != nil {
+		return nil, err
+	}
+
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	c.etcd, err = startServer(opts.Dir, "etcd", opts.Binaries.Etcd,
+		"--name=kdm-test",
+		"--data-dir="+filepath.Join(opts.Dir, "etcd-data"),
+		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=kdm-test="+peerURL,
+		"--unsafe-no-fsync", "--log-level=warn")
+	if err != nil {
+		return nil, err
+	}
+	c.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
+	c.api, err = startServer(opts.Dir, "kube-apiserver", opts.Binaries.APIServer,
+		"--etcd-servers="+clientURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(ports[2]),
+		"--tls-cert-file="+pki.servingCert, "--tls-private-key-file="+pki.servingKey,
+		"--client-ca-file="+pki.caCert,
+		"--token-auth-file="+tokenFile,
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+pki.saKey,
+		"--service-account-signing-key-file="+pki.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--endpoint-reconciler-type=none",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--disable-admission-plugins=ServiceAccount",
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+		"--v=1")
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx, opts.ReadyTimeout); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Stop terminates the apiserver, then etcd: SIGTERM, then SIGKILL after five seconds.
+func (c *Cluster) Stop() {
+	for _, s := range []*server{c.api, c.etcd} {
+		if s != nil {
+			s.stop()
+		}
+	}
+}
+
+// Logs returns the tail of both servers' logs, for a failing test to print.
+func (c *Cluster) Logs(n int) string {
+	var b strings.Builder
+	for _, s := range []*server{c.etcd, c.api} {
+		if s == nil {
+			continue
+		}
+		data, _ := os.ReadFile(s.log)
+		if len(data) > n {
+			data = data[len(data)-n:]
+		}
+		fmt.Fprintf(&b, "--- %s (%s) ---\n%s\n", s.name, s.log, data)
+	}
+	return b.String()
+}
+
+// Config returns a client configuration for the user (AdminUser or system:node:<name>).
+func (c *Cluster) Config(user string) (*rest.Config, error) {
+	tok, ok := c.tok[user]
+	if !ok {
+		return nil, fmt.Errorf("kubecluster: no identity %q (declare nodes in Options.Nodes)", user)
+	}
+	return &rest.Config{Host: c.URL, BearerToken: tok, TLSClientConfig: rest.TLSClientConfig{CAData: c.ca}}, nil
+}
+
+// Client returns a clientset for the user.
+func (c *Cluster) Client(user string) (kubernetes.Interface, error) {
+	cfg, err := c.Config(user)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// WriteKubeconfig writes a kubeconfig file for the user to path, as `kdm run --kubeconfig`
+// reads it.
+func (c *Cluster) WriteKubeconfig(user, path string) error {
+	tok, ok := c.tok[user]
+	if !ok {
+		return fmt.Errorf("kubecluster: no identity %q", user)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.ca}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: tok}
+	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: user}
+	cfg.CurrentContext = "test"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// waitReady polls /readyz until it answers ok, a server exits, or the timeout passes.
+func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.ca)
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(timeout)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+c.tok[AdminUser])
+		if resp, err := client.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		for _, s := range []*server{c.etcd, c.api} {
+			if s.exited() {
+				return fmt.Errorf("%s exited before the cluster was ready:\n%s", s.name, c.Logs(4000))
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver not ready after %s:\n%s", timeout, c.Logs(4000))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// server is a started binary in its own process group, logging to a file.
+type server struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+func startServer(dir, name, bin string, args ...string) (*server, error) {
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// etcd reads every ETCD_* variable as a flag; the test's environment must not leak in.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	s := &server{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		_ = f.Close()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+func (s *server) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *server) stop() {
+	if s.exited() {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+// freePorts returns n loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, errors.Join(errors.New("no free port"), err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
