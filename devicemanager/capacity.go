@@ -95,3 +95,13 @@ func (m *ManagerImpl) isDevicePluginResourceLocked(res string) bool {
 	_, ok := m.allocated[res]
 	return ok
 }
+
+// DeviceChanges returns a channel that is closed at the next change of a resource's devices,
+// their health, or its endpoint (registration, stop). Call it again after the channel closes
+// to wait for the change after that. Node status publishers use it to refresh capacity as soon
+// as it moves rather than on their next tick.
+func (m *ManagerImpl) DeviceChanges() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.deviceChange
+}
