@@ -15,8 +15,8 @@ import (
 
 // watchManifests keeps the agent's pods in step with the manifest directory: at start, on
 // every file event and every ResyncPeriod. After the first pass every pod of the directory
-// has been handed to admission, and the sources count as ready.
-func (a *Agent) watchManifests(ctx context.Context) error {
+// has been admitted, and the source reports ready through sourceReady.
+func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 	dir := a.cfg.PodManifestPath
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("creating pod manifest directory: %w", err)
@@ -38,9 +38,7 @@ func (a *Agent) watchManifests(ctx context.Context) error {
 			return nil
 		}
 	}
-	a.ready.Store(true)
-	a.dropStaleResults()
-	a.manager.UpdateAllocatedDevices()
+	sourceReady()
 	t := time.NewTicker(a.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
@@ -67,31 +65,17 @@ func (a *Agent) syncManifests(ctx context.Context) []<-chan struct{} {
 	if current == nil {
 		return nil
 	}
-	a.mu.Lock()
-	var added []*v1.Pod
-	var removed []*v1.Pod
-	for _, pod := range sortedPods(current) {
-		if _, ok := a.pods[pod.UID]; !ok {
-			a.pods[pod.UID] = pod
-			added = append(added, pod)
-		}
-	}
-	for uid, pod := range a.pods {
+	// Removed pods release their devices before new pods are admitted.
+	for _, uid := range a.trackedUIDs(sourceManifests) {
 		if _, ok := current[uid]; !ok {
-			delete(a.pods, uid)
-			removed = append(removed, pod)
-			if cancel := a.inflight[uid]; cancel != nil {
-				cancel()
-			}
+			a.untrack(uid)
 		}
-	}
-	a.mu.Unlock()
-	for _, pod := range removed {
-		a.release(pod)
 	}
 	var started []<-chan struct{}
-	for _, pod := range added {
-		started = append(started, a.startAdmission(ctx, pod))
+	for _, pod := range sortedPods(current) {
+		if done, ok := a.track(ctx, sourceManifests, pod); ok {
+			started = append(started, done)
+		}
 	}
 	return started
 }
@@ -114,6 +98,55 @@ func (a *Agent) dropStaleResults() {
 		}
 		a.log.Info("Pod removed while the agent was down; devices released", "pod", klog.KRef(r.Namespace, r.Name), "podUID", r.UID)
 	}
+}
+
+// track adds the pod to the agent's pods and starts its admission. It returns a channel closed
+// when that admission is over, or false if the pod is already tracked.
+func (a *Agent) track(ctx context.Context, source string, pod *v1.Pod) (<-chan struct{}, bool) {
+	a.mu.Lock()
+	if _, ok := a.pods[pod.UID]; ok {
+		a.mu.Unlock()
+		return nil, false
+	}
+	a.pods[pod.UID] = pod
+	a.podSource[pod.UID] = source
+	a.mu.Unlock()
+	return a.startAdmission(ctx, pod), true
+}
+
+// untrack removes a pod from the agent's pods, abandons its admission if one is in flight and
+// releases its devices.
+func (a *Agent) untrack(uid types.UID) {
+	a.mu.Lock()
+	pod, ok := a.pods[uid]
+	delete(a.pods, uid)
+	delete(a.podSource, uid)
+	if cancel := a.inflight[uid]; cancel != nil {
+		cancel()
+	}
+	a.mu.Unlock()
+	if ok {
+		a.release(pod)
+	}
+}
+
+// Pod sources: each source adds and removes only its own pods.
+const (
+	sourceManifests = "file"
+	sourceAPI       = "api"
+)
+
+// trackedUIDs lists the UIDs of the pods the source added.
+func (a *Agent) trackedUIDs(source string) []types.UID {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []types.UID
+	for uid, s := range a.podSource {
+		if s == source {
+			out = append(out, uid)
+		}
+	}
+	return out
 }
 
 // startAdmission admits the pod in its own goroutine, so that a pod whose admission waits
@@ -209,9 +242,13 @@ func (a *Agent) record(pod *v1.Pod, r *PodResult) {
 	}
 	a.mu.Lock()
 	a.results[pod.UID] = r
+	fromAPI := a.podSource[pod.UID] == sourceAPI
 	a.mu.Unlock()
 	if r.Phase == PhaseRejected {
 		a.manager.UpdateAllocatedDevices()
+	}
+	if fromAPI {
+		a.kube.enqueue(pod)
 	}
 }
 

@@ -28,11 +28,15 @@ type Agent struct {
 	log     klog.Logger
 	manager *devicemanager.ManagerImpl
 
-	mu       sync.Mutex
-	pods     map[types.UID]*v1.Pod    // the pod source's current pods
-	results  map[types.UID]*PodResult // admission outcome per pod
-	inflight map[types.UID]context.CancelFunc
-	ready    atomic.Bool // every pod of the first listing has been handed to admission
+	mu        sync.Mutex
+	pods      map[types.UID]*v1.Pod    // the pod sources' current pods
+	podSource map[types.UID]string     // which source added each pod
+	results   map[types.UID]*PodResult // admission outcome per pod
+	inflight  map[types.UID]context.CancelFunc
+	ready     atomic.Bool // every source's first listing has been admitted
+	// kube is the API server pod source, nil without a KubeClient. Recorded results requeue
+	// its pods so their status is published.
+	kube *kubePodSource
 
 	recordMu sync.Mutex // serialises writing and publishing pod results
 
@@ -62,14 +66,19 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{
-		cfg:      cfg,
-		log:      cfg.Logger.WithName("agent"),
-		manager:  m,
-		pods:     map[types.UID]*v1.Pod{},
-		results:  map[types.UID]*PodResult{},
-		inflight: map[types.UID]context.CancelFunc{},
-	}, nil
+	a := &Agent{
+		cfg:       cfg,
+		log:       cfg.Logger.WithName("agent"),
+		manager:   m,
+		pods:      map[types.UID]*v1.Pod{},
+		podSource: map[types.UID]string{},
+		results:   map[types.UID]*PodResult{},
+		inflight:  map[types.UID]context.CancelFunc{},
+	}
+	if cfg.KubeClient != nil {
+		a.kube = newKubePodSource(a)
+	}
+	return a, nil
 }
 
 // Manager returns the agent's device manager.
@@ -124,14 +133,34 @@ func (a *Agent) Run(ctx context.Context) error {
 		spawn("http", a.serveHTTP)
 	}
 	spawn("health updates", a.watchHealth)
-	spawn("node status", a.syncNodeStatus)
+	type podSource struct {
+		name string
+		run  func(ctx context.Context, sourceReady func()) error
+	}
+	var sources []podSource
 	if a.cfg.PodManifestPath != "" {
-		spawn("pod manifests", a.watchManifests)
+		sources = append(sources, podSource{"pod manifests", a.watchManifests})
+	}
+	if a.kube != nil {
+		sources = append(sources, podSource{"pods from the API server", a.kube.run})
+		publisher := &NodePublisher{
+			Client:               a.cfg.KubeClient,
+			NodeName:             a.cfg.NodeName,
+			Devices:              a.manager,
+			DropRemovedResources: a.manager.Policy().DropRemovedResources,
+			UpdateFrequency:      a.cfg.NodeStatusUpdateFrequency,
+			Logger:               a.log.WithName("node"),
+		}
+		spawn("node status", publisher.Run)
 	} else {
-		a.ready.Store(true)
+		spawn("node status", a.syncNodeStatus)
+	}
+	sourceReady := a.readyAfter(len(sources))
+	for _, src := range sources {
+		spawn(src.name, func(ctx context.Context) error { return src.run(ctx, sourceReady) })
 	}
 	a.log.Info("Agent started", "rootDir", a.cfg.RootDir, "devicePluginDir", a.cfg.DevicePluginDir,
-		"podManifestPath", a.cfg.PodManifestPath, "podResourcesSocket", a.cfg.PodResourcesSocket())
+		"podManifestPath", a.cfg.PodManifestPath, "node", a.cfg.NodeName, "podResourcesSocket", a.cfg.PodResourcesSocket())
 	<-ctx.Done()
 	a.cancelAdmissions()
 	wg.Wait()
@@ -142,6 +171,28 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	default:
 		return nil
+	}
+}
+
+// readyAfter returns the function each of n pod sources calls once its first listing is
+// admitted. When the last one has, the sources count as ready: pods removed while the agent was
+// down lose their results, and the manager releases devices of pods no source names.
+func (a *Agent) readyAfter(n int) func() {
+	var remaining atomic.Int32
+	remaining.Store(int32(n))
+	markReady := func() {
+		a.ready.Store(true)
+		a.dropStaleResults()
+		a.manager.UpdateAllocatedDevices()
+	}
+	if n == 0 {
+		markReady()
+	}
+	var once sync.Once
+	return func() {
+		if remaining.Add(-1) == 0 {
+			once.Do(markReady)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,19 @@ import (
 	"github.com/kdm-project/kdm/deviceplugin"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	// The API server tests share one real cluster; it is stopped before goleak looks for
+	// goroutines left behind, so client connections to it are closed.
+	stopTestCluster()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 type fixture struct {
 	t                         *testing.T
@@ -34,8 +47,15 @@ func newFixture(t *testing.T) *fixture {
 // run starts an agent and returns it with a stop function that waits for Run to return.
 func (f *fixture) run() (*Agent, func()) {
 	f.t.Helper()
-	a, err := New(Config{RootDir: f.root, DevicePluginDir: f.plugins, PodManifestPath: f.pods,
-		Logger: ktesting.NewLogger(f.t, ktesting.NewConfig(ktesting.Verbosity(2)))})
+	return f.runWith(Config{PodManifestPath: f.pods})
+}
+
+// runWith is run with cfg's pod sources; the fixture sets the directories and logger.
+func (f *fixture) runWith(cfg Config) (*Agent, func()) {
+	f.t.Helper()
+	cfg.RootDir, cfg.DevicePluginDir = f.root, f.plugins
+	cfg.Logger = ktesting.NewLogger(f.t, ktesting.NewConfig(ktesting.Verbosity(2)))
+	a, err := New(cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -43,6 +44,15 @@ type Config struct {
 	Policy devicemanager.Policy
 	// Endpoint carries the plugin RPC deadlines.
 	Endpoint endpoint.Config
+	// KubeClient, if set, makes the API server a pod source: pods bound to NodeName are
+	// admitted and their outcome written to pod status, and the Node's device resources and
+	// Lease are published.
+	KubeClient kubernetes.Interface
+	// NodeName is the node this agent stands for; required with KubeClient.
+	NodeName string
+	// NodeStatusUpdateFrequency bounds how stale the Node's device resources get; zero means
+	// DefaultNodeStatusUpdateFrequency. Device changes are published at once.
+	NodeStatusUpdateFrequency time.Duration
 	// ResyncPeriod re-reads the manifest directory; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 	// Logger and Registry are the agent's logger and metrics registry (defaults: klog's
@@ -72,6 +82,9 @@ func (c Config) withDefaults() (Config, error) {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("%s must be an absolute path: %q", name, p))
 		}
+	}
+	if c.KubeClient != nil && c.NodeName == "" {
+		errs = append(errs, errors.New("a node name is required with a Kubernetes client"))
 	}
 	if c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath) {
 		errs = append(errs, fmt.Errorf("pod manifest path must be an absolute path: %q", c.PodManifestPath))

@@ -5,12 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -18,6 +22,28 @@ import (
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/endpoint"
 )
+
+// kubeClient builds a client from the kubeconfig file and resolves the node name, which
+// defaults to the hostname as the kubelet's does.
+func kubeClient(kubeconfig, nodeName string) (kubernetes.Interface, string, error) {
+	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
+	}
+	restCfg.UserAgent = "kdm"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, "", err
+	}
+	if nodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, "", fmt.Errorf("no --node-name and no hostname: %w", err)
+		}
+		nodeName = strings.ToLower(host)
+	}
+	return client, nodeName, nil
+}
 
 // policyFlag parses --policy.
 func policyFlag(name string) (devicemanager.Policy, error) {
@@ -41,6 +67,8 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	grace := fs.Duration("grace-period", devicemanager.DefaultGracePeriod, "how long a resource outlives its stopped plugin")
 	policy := fs.String("policy", "kubelet-1.36", "behaviour: kubelet-1.36 (identical to the kubelet) or kdm (deferred admission and the other improvements)")
 	watcher := fs.Bool("plugin-watcher", false, "also accept plugins through <root-dir>/plugins_registry")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the API server to join: pods bound to --node-name are admitted and the Node's device resources published (empty: no API server)")
+	nodeName := fs.String("node-name", "", "the Node this agent stands for (default: the hostname)")
 	allocTimeout := fs.Duration("allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none under kubelet-1.36, 30s/10s under kdm)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -72,6 +100,14 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 		// kdm's policy bounds the plugin RPCs the kubelet leaves unbounded (#117435, #129249).
 		cfg.Endpoint.AllocateTimeout = endpoint.RecommendedAllocateTimeout
 		cfg.Endpoint.PreferredAllocationTimeout = endpoint.RecommendedPreferredAllocationTimeout
+	}
+	if *kubeconfig != "" {
+		client, name, err := kubeClient(*kubeconfig, *nodeName)
+		if err != nil {
+			fmt.Fprintf(stderr, "kdm run: %v\n", err)
+			return 1
+		}
+		cfg.KubeClient, cfg.NodeName = client, name
 	}
 	a, err := agent.New(cfg)
 	if err != nil {

@@ -1,0 +1,300 @@
+package agent
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// kubePodSource admits the pods the API server binds to the node and reports their outcome in
+// pod status, the kubelet's way: a rejected pod becomes Failed with the admission reason, a pod
+// being deleted releases its devices and is then deleted with grace period 0.
+//
+// An informer restricted to spec.nodeName feeds a work queue of pod keys; one worker reconciles
+// each key against the agent's pods. Admissions run in their own goroutines and requeue the
+// pod when their result is recorded, so its status is published by the same worker.
+type kubePodSource struct {
+	a      *Agent
+	client kubernetes.Interface
+	node   string
+	log    klog.Logger
+	queue  workqueue.TypedRateLimitingInterface[string]
+	lister corelisters.PodLister
+}
+
+func newKubePodSource(a *Agent) *kubePodSource {
+	return &kubePodSource{
+		a:      a,
+		client: a.cfg.KubeClient,
+		node:   a.cfg.NodeName,
+		log:    a.log.WithName("pods"),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kdm_pods"}),
+	}
+}
+
+// enqueue schedules a reconcile of the pod's key.
+func (s *kubePodSource) enqueue(pod *v1.Pod) {
+	s.queue.Add(cache.ObjectName{Namespace: pod.Namespace, Name: pod.Name}.String())
+}
+
+// run watches the node's pods until ctx ends. The pods of the first listing are handed to
+// admission and waited for before the source reports ready through sourceReady.
+func (s *kubePodSource) run(ctx context.Context, sourceReady func()) error {
+	defer s.queue.ShutDown()
+	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.node).String()
+		}))
+	defer factory.Shutdown()
+	podInformer := factory.Core().V1().Pods()
+	s.lister = podInformer.Lister()
+	enqueueObj := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			s.queue.Add(key)
+		}
+	}
+	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueueObj,
+		UpdateFunc: func(_, obj any) { enqueueObj(obj) },
+		DeleteFunc: enqueueObj,
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	s.log.Info("Watching pods bound to the node", "node", klog.KRef("", s.node))
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.Informer().HasSynced) {
+		return nil
+	}
+	pods, err := s.lister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	sort.Slice(pods, func(i, j int) bool {
+		if !pods[i].CreationTimestamp.Equal(&pods[j].CreationTimestamp) {
+			return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp)
+		}
+		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
+	})
+	var initial []<-chan struct{}
+	for _, pod := range pods {
+		if isActive(pod) {
+			if done, ok := s.a.track(ctx, sourceAPI, pod); ok {
+				initial = append(initial, done)
+			}
+		}
+	}
+	for _, done := range initial {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	sourceReady()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for s.processNext(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	s.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (s *kubePodSource) processNext(ctx context.Context) bool {
+	key, quit := s.queue.Get()
+	if quit {
+		return false
+	}
+	defer s.queue.Done(key)
+	if err := s.syncPod(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			s.log.Error(err, "Failed to sync pod, will retry", "pod", key)
+			s.queue.AddRateLimited(key)
+		}
+		return true
+	}
+	s.queue.Forget(key)
+	return true
+}
+
+// syncPod reconciles one pod key: a pod that is gone, terminal or being deleted releases its
+// devices; a new active pod is admitted; an admitted or rejected pod gets its status published.
+func (s *kubePodSource) syncPod(ctx context.Context, key string) error {
+	ref, err := cache.ParseObjectName(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := s.lister.Pods(ref.Namespace).Get(ref.Name)
+	if apierrors.IsNotFound(err) {
+		pod = nil
+	} else if err != nil {
+		return err
+	}
+	for _, uid := range s.a.trackedByName(ref.Namespace, ref.Name) {
+		if pod == nil || pod.UID != uid || !isActive(pod) {
+			s.a.untrack(uid)
+		}
+	}
+	switch {
+	case pod == nil:
+		return nil
+	case pod.DeletionTimestamp != nil:
+		return s.finishDeletion(ctx, pod)
+	case !isActive(pod):
+		return nil
+	}
+	if _, ok := s.a.podByUID(pod.UID); !ok {
+		s.a.track(ctx, sourceAPI, pod)
+		return nil
+	}
+	r := s.a.result(pod.UID)
+	if r == nil {
+		return nil
+	}
+	return s.publish(ctx, pod, r)
+}
+
+// finishDeletion deletes a pod the API server marked for deletion, with grace period 0, once
+// its devices are released: without a kubelet nothing else would, and the pod would stay
+// Terminating.
+func (s *kubePodSource) finishDeletion(ctx context.Context, pod *v1.Pod) error {
+	err := s.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err == nil {
+		s.log.V(2).Info("Pod deleted after its devices were released", "pod", klog.KObj(pod), "podUID", pod.UID)
+	}
+	return err
+}
+
+// publish writes the admission outcome to the pod's status: Running for an admitted pod, Failed
+// with the kubelet's reason and message for a rejected one.
+func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *PodResult) error {
+	var status *v1.PodStatus
+	switch {
+	case r.Phase == PhaseAdmitted && pod.Status.Phase != v1.PodRunning:
+		status = admittedStatus(pod)
+	case r.Phase == PhaseRejected && pod.Status.Phase != v1.PodFailed:
+		// The kubelet's rejectPod: the QoS class is kept, everything else replaced.
+		status = &v1.PodStatus{
+			QOSClass: pod.Status.QOSClass,
+			Phase:    v1.PodFailed,
+			Reason:   r.Reason,
+			Message:  "Pod was rejected: " + r.Message,
+		}
+	default:
+		return nil
+	}
+	updated := pod.DeepCopy()
+	updated.Status = *status
+	if _, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	s.log.V(2).Info("Pod status updated", "pod", klog.KObj(pod), "phase", status.Phase, "reason", status.Reason)
+	if status.Phase == v1.PodFailed {
+		s.warn(ctx, pod, r.Reason, r.Message)
+	}
+	return nil
+}
+
+// warn records a Warning event on the pod, as the kubelet does when it rejects one, so that
+// `kubectl describe pod` shows why. Failing to record it is logged, not retried.
+func (s *kubePodSource) warn(ctx context.Context, pod *v1.Pod, reason, message string) {
+	now := metav1.NewTime(time.Now())
+	ev := &v1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
+		InvolvedObject: v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
+			Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+		Reason: reason, Message: message, Type: v1.EventTypeWarning,
+		Source:         v1.EventSource{Component: "kdm", Host: s.node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := s.client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		s.log.Error(err, "Failed to record event", "pod", klog.KObj(pod), "reason", reason)
+	}
+}
+
+// admittedStatus is the status of a pod whose devices are allocated. kdm runs no containers:
+// the pod is reported Running and Ready; an embedder with a runtime reports its own states.
+func admittedStatus(pod *v1.Pod) *v1.PodStatus {
+	st := pod.Status.DeepCopy()
+	now := metav1.NewTime(time.Now())
+	st.Phase = v1.PodRunning
+	st.Reason, st.Message = "", ""
+	if st.StartTime == nil {
+		st.StartTime = &now
+	}
+	for _, t := range []v1.PodConditionType{v1.PodInitialized, v1.ContainersReady, v1.PodReady} {
+		setPodCondition(st, t, now)
+	}
+	return st
+}
+
+func setPodCondition(st *v1.PodStatus, t v1.PodConditionType, now metav1.Time) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			if st.Conditions[i].Status != v1.ConditionTrue {
+				st.Conditions[i].Status = v1.ConditionTrue
+				st.Conditions[i].LastTransitionTime = now
+			}
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, v1.PodCondition{Type: t, Status: v1.ConditionTrue, LastTransitionTime: now})
+}
+
+// isActive reports whether a pod from the API server still needs its devices: not terminal
+// and not being deleted.
+func isActive(pod *v1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed
+}
+
+// trackedByName lists the UIDs of the API server's tracked pods with this namespace and name (a pod recreated
+// under the same name has a new UID).
+func (a *Agent) trackedByName(namespace, name string) []types.UID {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []types.UID
+	for uid, p := range a.pods {
+		if a.podSource[uid] == sourceAPI && p.Namespace == namespace && p.Name == name {
+			out = append(out, uid)
+		}
+	}
+	return out
+}
+
+// result returns the pod's admission result, or nil while none is recorded.
+func (a *Agent) result(uid types.UID) *PodResult {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.results[uid]
+}

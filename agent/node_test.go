@@ -1,0 +1,283 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kdm-project/kdm/e2e/kubecluster"
+)
+
+// The package's real kube-apiserver and etcd, started on first use and stopped by TestMain.
+var (
+	clusterOnce sync.Once
+	cluster     *kubecluster.Cluster
+	clusterErr  error
+	clusterDir  string
+)
+
+// publisherNodes are the node identities the package's cluster knows, one per test.
+var publisherNodes = []string{"recreated", "removed-kubelet", "removed-kdm", "removed-elsewhere", "fresh", "api-pods"}
+
+func testCluster(t *testing.T) *kubecluster.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		bins, err := kubecluster.Build(ctx, filepath.Join("..", "test", "kubebins"), os.Stderr)
+		if err != nil {
+			clusterErr = err
+			return
+		}
+		if clusterDir, err = os.MkdirTemp("", "kdm-agent-cluster"); err != nil {
+			clusterErr = err
+			return
+		}
+		cluster, clusterErr = kubecluster.Start(ctx, kubecluster.Options{Binaries: bins, Dir: clusterDir, Nodes: publisherNodes})
+	})
+	if clusterErr != nil {
+		t.Fatalf("test cluster: %v", clusterErr)
+	}
+	return cluster
+}
+
+func stopTestCluster() {
+	if cluster != nil {
+		cluster.Stop()
+		_ = os.RemoveAll(clusterDir)
+	}
+}
+
+// devices is a DeviceCapacity whose answers the test sets.
+type devices struct {
+	mu          sync.Mutex
+	capacity    v1.ResourceList
+	allocatable v1.ResourceList
+	removed     []string
+	reset       bool
+	changed     chan struct{}
+}
+
+func newDevices() *devices { return &devices{changed: make(chan struct{})} }
+
+func (d *devices) GetCapacity() (v1.ResourceList, v1.ResourceList, []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	removed := d.removed
+	d.removed = nil // reported once, as the device manager does
+	return d.capacity.DeepCopy(), d.allocatable.DeepCopy(), removed
+}
+
+func (d *devices) ShouldResetExtendedResourceCapacity() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.reset
+}
+
+func (d *devices) DeviceChanges() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.changed
+}
+
+// set replaces the answers and signals a device change.
+func (d *devices) set(capacity, allocatable v1.ResourceList, removed ...string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.capacity, d.allocatable, d.removed = capacity, allocatable, removed
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+func quantities(kv ...any) v1.ResourceList {
+	out := v1.ResourceList{}
+	for i := 0; i < len(kv); i += 2 {
+		out[v1.ResourceName(kv[i].(string))] = *resource.NewQuantity(int64(kv[i+1].(int)), resource.DecimalSI)
+	}
+	return out
+}
+
+// runPublisher runs a NodePublisher as the node's own identity until the test ends.
+func runPublisher(t *testing.T, c *kubecluster.Cluster, node string, d DeviceCapacity, drop bool) {
+	t.Helper()
+	client, err := c.Client("system:node:" + node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &NodePublisher{Client: client, NodeName: node, Devices: d, DropRemovedResources: drop,
+		UpdateFrequency: 200 * time.Millisecond, Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func adminClient(t *testing.T, c *kubecluster.Cluster) kubernetes.Interface {
+	t.Helper()
+	admin, err := c.Client(kubecluster.AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
+// waitNode polls the Node until cond holds or 30 s pass.
+func waitNode(t *testing.T, admin kubernetes.Interface, name, what string, cond func(*v1.Node) bool) *v1.Node {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last *v1.Node
+	for time.Now().Before(deadline) {
+		n, err := admin.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			last = n
+			if cond(n) {
+				return n
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if last != nil {
+		t.Fatalf("node %s: timed out waiting for %s; capacity %v allocatable %v", name, what, last.Status.Capacity, last.Status.Allocatable)
+	}
+	t.Fatalf("node %s: timed out waiting for %s; node not found", name, what)
+	return nil
+}
+
+func value(list v1.ResourceList, name string) (int64, bool) {
+	q, ok := list[v1.ResourceName(name)]
+	return q.Value(), ok
+}
+
+func has(name string, capacity, allocatable int64) func(*v1.Node) bool {
+	return func(n *v1.Node) bool {
+		c, okc := value(n.Status.Capacity, name)
+		a, oka := value(n.Status.Allocatable, name)
+		return okc && oka && c == capacity && a == allocatable
+	}
+}
+
+// TestNodePublisherCreatesNode: an absent Node is created by its own identity (Node authorizer
+// and NodeRestriction), carries the device resources and a Ready condition, and gets a Lease
+// owned by the Node; a device change is published without waiting for the next tick.
+func TestNodePublisherCreatesNode(t *testing.T) {
+	c := testCluster(t)
+	admin := adminClient(t, c)
+	d := newDevices()
+	d.set(quantities("example.com/gpu", 4), quantities("example.com/gpu", 4))
+	runPublisher(t, c, "fresh", d, false)
+	node := waitNode(t, admin, "fresh", "4 GPUs", has("example.com/gpu", 4, 4))
+	ready := false
+	for _, cond := range node.Status.Conditions {
+		ready = ready || (cond.Type == v1.NodeReady && cond.Status == v1.ConditionTrue)
+	}
+	if !ready {
+		t.Errorf("node conditions %v: want Ready True", node.Status.Conditions)
+	}
+	lease, err := admin.CoordinationV1().Leases(NodeLeaseNamespace).Get(context.Background(), "fresh", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].UID != node.UID {
+		t.Errorf("lease owners %v: want the Node %s", lease.OwnerReferences, node.UID)
+	}
+	d.set(quantities("example.com/gpu", 4), quantities("example.com/gpu", 3))
+	waitNode(t, admin, "fresh", "one GPU unhealthy", has("example.com/gpu", 4, 3))
+}
+
+// TestNodePublisherRecreatedNode: when the device manager says the node's state was wiped, the
+// existing Node's extended resources are zeroed (cpu and others' resources kept) until the
+// plugins report again.
+func TestNodePublisherRecreatedNode(t *testing.T) {
+	c := testCluster(t)
+	admin := adminClient(t, c)
+	ctx := context.Background()
+	node, err := admin.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "recreated"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Capacity = quantities("example.com/gpu", 4, "vendor.io/fpga", 2, "cpu", 8)
+	node.Status.Allocatable = quantities("example.com/gpu", 4, "vendor.io/fpga", 2, "cpu", 8)
+	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := newDevices()
+	d.reset = true
+	d.capacity, d.allocatable = v1.ResourceList{}, v1.ResourceList{}
+	runPublisher(t, c, "recreated", d, false)
+	zeroed := waitNode(t, admin, "recreated", "extended resources zeroed", func(n *v1.Node) bool {
+		return has("example.com/gpu", 0, 0)(n) && has("vendor.io/fpga", 0, 0)(n)
+	})
+	if cpu, _ := value(zeroed.Status.Capacity, "cpu"); cpu != 8 {
+		t.Errorf("cpu capacity %d after the reset, want 8 kept", cpu)
+	}
+	d.set(quantities("example.com/gpu", 2), quantities("example.com/gpu", 2))
+	waitNode(t, admin, "recreated", "the plugin's GPUs", has("example.com/gpu", 2, 2))
+}
+
+// TestNodePublisherRemovedResource: a resource the device manager removes (its plugin gone past
+// the grace period) is published as 0 under the kubelet's behaviour and dropped from the Node
+// under DropRemovedResources.
+func TestNodePublisherRemovedResource(t *testing.T) {
+	c := testCluster(t)
+	admin := adminClient(t, c)
+	for _, tc := range []struct {
+		node string
+		drop bool
+		// lost: another caller of GetCapacity (an HTTP /status read) took the removal
+		lost bool
+	}{{"removed-kubelet", false, false}, {"removed-kdm", true, false}, {"removed-elsewhere", false, true}} {
+		t.Run(tc.node, func(t *testing.T) {
+			d := newDevices()
+			d.set(quantities("example.com/gpu", 2), quantities("example.com/gpu", 2))
+			runPublisher(t, c, tc.node, d, tc.drop)
+			waitNode(t, admin, tc.node, "2 GPUs", has("example.com/gpu", 2, 2))
+			if tc.lost {
+				d.set(v1.ResourceList{}, v1.ResourceList{})
+			} else {
+				d.set(v1.ResourceList{}, v1.ResourceList{}, "example.com/gpu")
+			}
+			want := fmt.Sprintf("example.com/gpu published as 0 (drop=%v)", tc.drop)
+			n := waitNode(t, admin, tc.node, want, func(n *v1.Node) bool {
+				if tc.drop {
+					_, inC := n.Status.Capacity["example.com/gpu"]
+					_, inA := n.Status.Allocatable["example.com/gpu"]
+					return !inC && !inA
+				}
+				return has("example.com/gpu", 0, 0)(n)
+			})
+			// Later syncs no longer name the resource; the Node must stay as published.
+			time.Sleep(time.Second)
+			again := waitNode(t, admin, tc.node, "no change", func(*v1.Node) bool { return true })
+			if !resourcesEqual(n.Status.Capacity, again.Status.Capacity) {
+				t.Errorf("capacity moved from %v to %v", n.Status.Capacity, again.Status.Capacity)
+			}
+		})
+	}
+}
+
+func TestIsExtendedResourceName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"nvidia.com/gpu": true, "example.com/gpu": true, "cpu": false, "memory": false,
+		"hugepages-2Mi": false, "kubernetes.io/foo": false, "node.kubernetes.io/x": false,
+		"requests.nvidia.com/gpu": false, "attachable-volumes-csi-x": false,
+	} {
+		if got := IsExtendedResourceName(v1.ResourceName(name)); got != want {
+			t.Errorf("IsExtendedResourceName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
