@@ -46,6 +46,7 @@ func buildAndRun(m *testing.M) int {
 			return 1
 		}
 	}
+	defer stopSharedCluster()
 	return m.Run()
 }
 

@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/e2e/kubecluster"
+)
+
+// The real kube-apiserver and etcd, started once for the package by the first test that needs
+// them and stopped by TestMain.
+var (
+	clusterOnce sync.Once
+	cluster     *kubecluster.Cluster
+	clusterErr  error
+	clusterDir  string
+)
+
+// clusterNodes are the node identities the shared cluster knows.
+var clusterNodes = []string{"edge-1"}
+
+func sharedCluster(t *testing.T) *kubecluster.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		bins, err := kubecluster.Build(ctx, filepath.Join("..", "test", "kubebins"), os.Stderr)
+		if err != nil {
+			clusterErr = err
+			return
+		}
+		clusterDir, err = os.MkdirTemp("", "kdm-cluster")
+		if err != nil {
+			clusterErr = err
+			return
+		}
+		start := time.Now()
+		cluster, clusterErr = kubecluster.Start(ctx, kubecluster.Options{Binaries: bins, Dir: clusterDir, Nodes: clusterNodes})
+		fmt.Fprintf(os.Stderr, "e2e: kube-apiserver %s and etcd ready in %s\n", kubecluster.KubernetesVersion, time.Since(start).Round(time.Millisecond))
+	})
+	if clusterErr != nil {
+		t.Fatalf("test cluster: %v", clusterErr)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(cluster.Logs(6000))
+		}
+	})
+	return cluster
+}
+
+func stopSharedCluster() {
+	if cluster != nil {
+		cluster.Stop()
+		_ = os.RemoveAll(clusterDir)
+	}
+}
+
+// clusterNode is a kdm node joined to the test cluster.
+type clusterNode struct {
+	*node
+	name       string
+	kubeconfig string
+	admin      kubernetes.Interface
+	ns         string
+}
+
+func newClusterNode(t *testing.T, c *kubecluster.Cluster, name string) *clusterNode {
+	t.Helper()
+	n := newNode(t)
+	kc := filepath.Join(n.base, "kubeconfig")
+	if err := c.WriteKubeconfig("system:node:"+name, kc); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := c.Client(kubecluster.AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if _, err := admin.CoreV1().Namespaces().Create(context.Background(),
+		&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &clusterNode{node: n, name: name, kubeconfig: kc, admin: admin, ns: ns}
+}
+
+func (cn *clusterNode) startKdm() *process {
+	return cn.node.startKdm("--kubeconfig", cn.kubeconfig, "--node-name", cn.name)
+}
+
+// createPod creates a pod bound to the node (as the scheduler would) asking for GPUs.
+func (cn *clusterNode) createPod(name string, gpus int64) *v1.Pod {
+	cn.t.Helper()
+	q := *resource.NewQuantity(gpus, resource.DecimalSI)
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cn.ns},
+		Spec: v1.PodSpec{
+			NodeName: cn.name,
+			Containers: []v1.Container{{
+				Name: "main", Image: "example.com/cuda",
+				Resources: v1.ResourceRequirements{Limits: v1.ResourceList{"nvidia.com/gpu": q}},
+			}},
+		},
+	}
+	created, err := cn.admin.CoreV1().Pods(cn.ns).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		cn.t.Fatalf("creating pod %s: %v", name, err)
+	}
+	return created
+}
+
+// poll checks cond every 100 ms until it holds or 30 s pass; what names the wait.
+func (cn *clusterNode) poll(what string, cond func() (bool, string)) {
+	cn.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(100 * time.Millisecond)
+	}
+	cn.t.Fatalf("timed out waiting for %s; last: %s", what, last)
+}
+
+// waitGPUs waits until the Node publishes the given capacity and allocatable of nvidia.com/gpu.
+func (cn *clusterNode) waitGPUs(capacity, allocatable int64) {
+	cn.t.Helper()
+	cn.poll(fmt.Sprintf("Node %s nvidia.com/gpu capacity %d allocatable %d", cn.name, capacity, allocatable), func() (bool, string) {
+		node, err := cn.admin.CoreV1().Nodes().Get(context.Background(), cn.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c, a := node.Status.Capacity["nvidia.com/gpu"], node.Status.Allocatable["nvidia.com/gpu"]
+		return c.Value() == capacity && a.Value() == allocatable, fmt.Sprintf("capacity %s allocatable %s", c.String(), a.String())
+	})
+}
+
+// waitPhase waits for the pod's phase and returns the pod.
+func (cn *clusterNode) waitPhase(name string, phase v1.PodPhase) *v1.Pod {
+	cn.t.Helper()
+	var pod *v1.Pod
+	cn.poll(fmt.Sprintf("pod %s %s", name, phase), func() (bool, string) {
+		p, err := cn.admin.CoreV1().Pods(cn.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod = p
+		return p.Status.Phase == phase, fmt.Sprintf("phase %q reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	return pod
+}
+
+// gpusOf returns a pod's GPUs as podresources reports them.
+func (cn *clusterNode) gpusOf(name string) []string {
+	return sorted(cn.podResources()[name])
+}
+
+// TestJoinCluster runs `kdm run --kubeconfig --node-name edge-1` and the mock-GPU plugin against
+// a real kube-apiserver and etcd, and walks the acceptance story: capacity on the Node, pods
+// bound by the API admitted with disjoint GPUs, a rejection the kubelet's way, deletion freeing
+// GPUs, a plugin crash, and a kdm crash that fails no running pod.
+func TestJoinCluster(t *testing.T) {
+	c := sharedCluster(t)
+	cn := newClusterNode(t, c, "edge-1")
+	ctx := context.Background()
+	pods := cn.admin.CoreV1().Pods(cn.ns)
+
+	cn.startPlugin()
+	kdm := cn.startKdm()
+	cn.waitGPUs(8, 8)
+	lease, err := cn.admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("node lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != cn.name || lease.Spec.RenewTime == nil {
+		t.Fatalf("node lease %+v: want holder %s and a renew time", lease.Spec, cn.name)
+	}
+
+	// Two pods of 3 GPUs each are admitted with disjoint GPUs.
+	cn.createPod("train-a", 3)
+	cn.createPod("train-b", 3)
+	cn.waitPhase("train-a", v1.PodRunning)
+	cn.waitPhase("train-b", v1.PodRunning)
+	a, b := cn.gpusOf("train-a"), cn.gpusOf("train-b")
+	if len(a) != 3 || len(b) != 3 {
+		t.Fatalf("podresources: train-a %v, train-b %v; want 3 GPUs each", a, b)
+	}
+	disjointSets(t, map[string][]string{"train-a": a, "train-b": b})
+
+	// A third pod of 3 finds only 2 free GPUs: rejected as the kubelet rejects it.
+	cn.createPod("train-c", 3)
+	failed := cn.waitPhase("train-c", v1.PodFailed)
+	wantMsg := "Pod was rejected: Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 3, Available: 2, which is unexpected"
+	if failed.Status.Reason != agent.ReasonUnexpectedAdmissionError || failed.Status.Message != wantMsg {
+		t.Fatalf("train-c status reason %q message %q; want %q, %q", failed.Status.Reason, failed.Status.Message,
+			agent.ReasonUnexpectedAdmissionError, wantMsg)
+	}
+
+	events, err := cn.admin.CoreV1().Events(cn.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=train-c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events.Items) != 1 || events.Items[0].Type != v1.EventTypeWarning || events.Items[0].Reason != agent.ReasonUnexpectedAdmissionError {
+		t.Fatalf("events of train-c: %+v; want one Warning %s", events.Items, agent.ReasonUnexpectedAdmissionError)
+	}
+
+	// Deleting train-a (default grace period) frees its GPUs: kdm releases them and finishes the
+	// deletion, and a new pod is admitted onto them.
+	if err := pods.Delete(ctx, "train-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cn.poll("train-a deleted by the node", func() (bool, string) {
+		_, err := pods.Get(ctx, "train-a", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	cn.createPod("train-d", 3)
+	cn.waitPhase("train-d", v1.PodRunning)
+	d := cn.gpusOf("train-d")
+	disjointSets(t, map[string][]string{"train-b": b, "train-d": d})
+	if len(d) != 3 || !slices.ContainsFunc(d, func(id string) bool { return slices.Contains(a, id) }) {
+		t.Fatalf("train-d got %v; want 3 GPUs including some of train-a's %v", d, a)
+	}
+
+	// The plugin is SIGKILLed: its GPUs turn unhealthy, allocatable drops to 0 while capacity
+	// stays for the grace period; the plugin comes back and re-registers.
+	cn.killPlugins()
+	cn.waitGPUs(8, 0)
+	cn.startPlugin()
+	cn.waitGPUs(8, 8)
+
+	// kdm is SIGKILLed and restarted: no running pod is failed, assignments are unchanged, and
+	// capacity returns once the plugin re-registers.
+	w, err := pods.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	kdm.kill()
+	killed := time.Now()
+	kdm = cn.startKdm()
+	cn.eventually("the restarted kdm sees the plugin again", gpus(8))
+	cn.poll("the restarted kdm renews the node lease", func() (bool, string) {
+		l, err := cn.admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return l.Spec.RenewTime.After(killed), l.Spec.RenewTime.String()
+	})
+	cn.waitGPUs(8, 8)
+	if got := cn.gpusOf("train-b"); !slices.Equal(got, b) {
+		t.Fatalf("train-b has %v after the kdm restart, had %v", got, b)
+	}
+	if got := cn.gpusOf("train-d"); !slices.Equal(got, d) {
+		t.Fatalf("train-d has %v after the kdm restart, had %v", got, d)
+	}
+	// Give a wrong re-admission time to show, then read every pod event since the kill.
+	time.Sleep(2 * time.Second)
+	for drained := false; !drained; {
+		select {
+		case ev := <-w.ResultChan():
+			p, ok := ev.Object.(*v1.Pod)
+			if !ok || (p.Name != "train-b" && p.Name != "train-d") {
+				continue
+			}
+			if ev.Type == watch.Deleted || p.Status.Phase != v1.PodRunning {
+				t.Fatalf("after the kdm restart pod %s: event %s phase %s reason %q message %q",
+					p.Name, ev.Type, p.Status.Phase, p.Status.Reason, p.Status.Message)
+			}
+		default:
+			drained = true
+		}
+	}
+	for _, name := range []string{"train-b", "train-d"} {
+		cn.waitPhase(name, v1.PodRunning)
+	}
+	kdm.terminate(t)
+}
