@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	// The API server tests share one real cluster; it is stopped before goleak looks for
 	// goroutines left behind, so client connections to it are closed.
-	stopTestCluster()
+	testCluster.Stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)

@@ -47,7 +47,7 @@ func running(p *v1.Pod, err error) bool { return err == nil && p.Status.Phase ==
 // containers' devices are reused by the app container, a pod that completes releases its
 // devices, and a pod deleted and recreated under the same name is a new pod.
 func TestAPIServerPodSource(t *testing.T) {
-	c := testCluster(t)
+	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	nodeClient, err := c.Client("system:node:api-pods")
 	if err != nil {

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -18,44 +17,11 @@ import (
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
-// The package's real kube-apiserver and etcd, started on first use and stopped by TestMain.
-var (
-	clusterOnce sync.Once
-	cluster     *kubecluster.Cluster
-	clusterErr  error
-	clusterDir  string
-)
-
-// publisherNodes are the node identities the package's cluster knows, one per test.
-var publisherNodes = []string{"recreated", "removed-kubelet", "removed-kdm", "removed-elsewhere", "fresh", "api-pods"}
-
-func testCluster(t *testing.T) *kubecluster.Cluster {
-	t.Helper()
-	clusterOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		defer cancel()
-		bins, err := kubecluster.Build(ctx, filepath.Join("..", "test", "kubebins"), os.Stderr)
-		if err != nil {
-			clusterErr = err
-			return
-		}
-		if clusterDir, err = os.MkdirTemp("", "kdm-agent-cluster"); err != nil {
-			clusterErr = err
-			return
-		}
-		cluster, clusterErr = kubecluster.Start(ctx, kubecluster.Options{Binaries: bins, Dir: clusterDir, Nodes: publisherNodes})
-	})
-	if clusterErr != nil {
-		t.Fatalf("test cluster: %v", clusterErr)
-	}
-	return cluster
-}
-
-func stopTestCluster() {
-	if cluster != nil {
-		cluster.Stop()
-		_ = os.RemoveAll(clusterDir)
-	}
+// testCluster is the package's real kube-apiserver and etcd, one node identity per test;
+// TestMain stops it.
+var testCluster = &kubecluster.Shared{
+	ModuleDir: filepath.Join("..", "test", "kubebins"),
+	Nodes:     []string{"recreated", "removed-kubelet", "removed-kdm", "removed-elsewhere", "fresh", "api-pods"},
 }
 
 // devices is a DeviceCapacity whose answers the test sets.
@@ -175,7 +141,7 @@ func has(name string, capacity, allocatable int64) func(*v1.Node) bool {
 // and NodeRestriction), carries the device resources and a Ready condition, and gets a Lease
 // owned by the Node; a device change is published without waiting for the next tick.
 func TestNodePublisherCreatesNode(t *testing.T) {
-	c := testCluster(t)
+	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	d := newDevices()
 	d.set(quantities("example.com/gpu", 4), quantities("example.com/gpu", 4))
@@ -203,7 +169,7 @@ func TestNodePublisherCreatesNode(t *testing.T) {
 // existing Node's extended resources are zeroed (cpu and others' resources kept) until the
 // plugins report again.
 func TestNodePublisherRecreatedNode(t *testing.T) {
-	c := testCluster(t)
+	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	ctx := context.Background()
 	node, err := admin.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "recreated"}}, metav1.CreateOptions{})
@@ -233,7 +199,7 @@ func TestNodePublisherRecreatedNode(t *testing.T) {
 // the grace period) is published as 0 under the kubelet's behaviour and dropped from the Node
 // under DropRemovedResources.
 func TestNodePublisherRemovedResource(t *testing.T) {
-	c := testCluster(t)
+	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	for _, tc := range []struct {
 		node string

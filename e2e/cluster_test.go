@@ -3,11 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,54 +20,8 @@ import (
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
-// The real kube-apiserver and etcd, started once for the package by the first test that needs
-// them and stopped by TestMain.
-var (
-	clusterOnce sync.Once
-	cluster     *kubecluster.Cluster
-	clusterErr  error
-	clusterDir  string
-)
-
-// clusterNodes are the node identities the shared cluster knows.
-var clusterNodes = []string{"edge-1"}
-
-func sharedCluster(t *testing.T) *kubecluster.Cluster {
-	t.Helper()
-	clusterOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		defer cancel()
-		bins, err := kubecluster.Build(ctx, filepath.Join("..", "test", "kubebins"), os.Stderr)
-		if err != nil {
-			clusterErr = err
-			return
-		}
-		clusterDir, err = os.MkdirTemp("", "kdm-cluster")
-		if err != nil {
-			clusterErr = err
-			return
-		}
-		start := time.Now()
-		cluster, clusterErr = kubecluster.Start(ctx, kubecluster.Options{Binaries: bins, Dir: clusterDir, Nodes: clusterNodes})
-		fmt.Fprintf(os.Stderr, "e2e: kube-apiserver %s and etcd ready in %s\n", kubecluster.KubernetesVersion, time.Since(start).Round(time.Millisecond))
-	})
-	if clusterErr != nil {
-		t.Fatalf("test cluster: %v", clusterErr)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(cluster.Logs(6000))
-		}
-	})
-	return cluster
-}
-
-func stopSharedCluster() {
-	if cluster != nil {
-		cluster.Stop()
-		_ = os.RemoveAll(clusterDir)
-	}
-}
+// sharedCluster is the package's real kube-apiserver and etcd; TestMain stops it.
+var sharedCluster = &kubecluster.Shared{ModuleDir: filepath.Join("..", "test", "kubebins"), Nodes: []string{"edge-1"}}
 
 // clusterNode is a kdm node joined to the test cluster.
 type clusterNode struct {
@@ -178,7 +130,7 @@ func (cn *clusterNode) gpusOf(name string) []string {
 // bound by the API admitted with disjoint GPUs, a rejection the kubelet's way, deletion freeing
 // GPUs, a plugin crash, and a kdm crash that fails no running pod.
 func TestJoinCluster(t *testing.T) {
-	c := sharedCluster(t)
+	c := sharedCluster.Get(t)
 	cn := newClusterNode(t, c, "edge-1")
 	ctx := context.Background()
 	pods := cn.admin.CoreV1().Pods(cn.ns)

@@ -46,7 +46,7 @@ func buildAndRun(m *testing.M) int {
 			return 1
 		}
 	}
-	defer stopSharedCluster()
+	defer sharedCluster.Stop()
 	return m.Run()
 }
 
