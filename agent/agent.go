@@ -147,6 +147,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			Client:               a.cfg.KubeClient,
 			NodeName:             a.cfg.NodeName,
 			Devices:              a.manager,
+			BaseCapacity:         a.cfg.NodeCapacity,
 			DropRemovedResources: a.manager.Policy().DropRemovedResources,
 			UpdateFrequency:      a.cfg.NodeStatusUpdateFrequency,
 			Logger:               a.log.WithName("node"),

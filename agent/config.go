@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -50,6 +51,9 @@ type Config struct {
 	KubeClient kubernetes.Interface
 	// NodeName is the node this agent stands for; required with KubeClient.
 	NodeName string
+	// NodeCapacity is published on the Node beside the device resources (see
+	// NodePublisher.BaseCapacity); the daemon sets pods from --max-pods.
+	NodeCapacity v1.ResourceList
 	// NodeStatusUpdateFrequency bounds how stale the Node's device resources get; zero means
 	// DefaultNodeStatusUpdateFrequency. Device changes are published at once.
 	NodeStatusUpdateFrequency time.Duration

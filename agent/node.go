@@ -42,11 +42,16 @@ type DeviceCapacity interface {
 
 // NodePublisher keeps a Node object's device-plugin resources and its Lease in step with a
 // device manager. It owns only the extended resources the manager reports (and those a
-// recreated node zeroes); other capacity keys, labels and conditions set by others are kept.
+// recreated node zeroes) and BaseCapacity; other capacity keys, labels and conditions set by
+// others are kept.
 type NodePublisher struct {
 	Client   kubernetes.Interface
 	NodeName string
 	Devices  DeviceCapacity
+	// BaseCapacity is published in capacity and allocatable beside the device resources, for
+	// the resources the embedder owns (the daemon publishes pods: --max-pods, so that a
+	// scheduler may place pods; a provider that runs containers adds cpu and memory).
+	BaseCapacity v1.ResourceList
 	// DropRemovedResources deletes a removed resource from the Node instead of publishing it
 	// as 0 (the kubelet's way).
 	DropRemovedResources bool
@@ -176,6 +181,9 @@ func (p *NodePublisher) syncStatus(ctx context.Context) error {
 		}
 		if st.Allocatable == nil {
 			st.Allocatable = v1.ResourceList{}
+		}
+		for name, q := range p.BaseCapacity {
+			st.Capacity[name], st.Allocatable[name] = q, q
 		}
 		for name, q := range capacity {
 			st.Capacity[name] = q

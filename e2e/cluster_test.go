@@ -138,6 +138,13 @@ func TestJoinCluster(t *testing.T) {
 	cn.startPlugin()
 	kdm := cn.startKdm()
 	cn.waitGPUs(8, 8)
+	node, err := cn.admin.CoreV1().Nodes().Get(ctx, cn.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pods := node.Status.Allocatable[v1.ResourcePods]; pods.Value() != 110 {
+		t.Errorf("Node allocatable pods %s, want the default --max-pods 110", pods.String())
+	}
 	lease, err := cn.admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("node lease: %v", err)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -69,6 +71,7 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	watcher := fs.Bool("plugin-watcher", false, "also accept plugins through <root-dir>/plugins_registry")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the API server to join: pods bound to --node-name are admitted and the Node's device resources published (empty: no API server)")
 	nodeName := fs.String("node-name", "", "the Node this agent stands for (default: the hostname)")
+	maxPods := fs.Int64("max-pods", 110, "with --kubeconfig: the Node's pods capacity, so that a scheduler may place pods on it")
 	allocTimeout := fs.Duration("allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none under kubelet-1.36, 30s/10s under kdm)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -108,6 +111,7 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 			return 1
 		}
 		cfg.KubeClient, cfg.NodeName = client, name
+		cfg.NodeCapacity = v1.ResourceList{v1.ResourcePods: *resource.NewQuantity(*maxPods, resource.DecimalSI)}
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
