@@ -55,6 +55,7 @@ func TestAPIServerPodSource(t *testing.T) {
 	}
 	ctx := context.Background()
 	const ns = "default"
+	forgetNode(t, admin, "api-pods")
 	f := newFixture(t)
 	a, _ := f.runWith(Config{KubeClient: nodeClient, NodeName: "api-pods", NodeStatusUpdateFrequency: time.Second})
 	f.plugin("g0", "g1", "g2", "g3")

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
@@ -102,6 +103,22 @@ func adminClient(t *testing.T, c *kubecluster.Cluster) kubernetes.Interface {
 	return admin
 }
 
+// forgetNode removes the node's Node, Lease and pods when the test ends, so that a rerun
+// (go test -count) finds the cluster as the first run did.
+func forgetNode(t *testing.T, admin kubernetes.Interface, name string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		pods, _ := admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+		if pods != nil {
+			for _, p := range pods.Items {
+				_ = admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			}
+		}
+		_ = admin.CoordinationV1().Leases(NodeLeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+		_ = admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+}
+
 // waitNode polls the Node until cond holds or 30 s pass.
 func waitNode(t *testing.T, admin kubernetes.Interface, name, what string, cond func(*v1.Node) bool) *v1.Node {
 	t.Helper()
@@ -143,6 +160,7 @@ func has(name string, capacity, allocatable int64) func(*v1.Node) bool {
 func TestNodePublisherCreatesNode(t *testing.T) {
 	c := testCluster.Get(t)
 	admin := adminClient(t, c)
+	forgetNode(t, admin, "fresh")
 	d := newDevices()
 	d.set(quantities("example.com/gpu", 4), quantities("example.com/gpu", 4))
 	runPublisher(t, c, "fresh", d, false)
@@ -172,6 +190,7 @@ func TestNodePublisherRecreatedNode(t *testing.T) {
 	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	ctx := context.Background()
+	forgetNode(t, admin, "recreated")
 	node, err := admin.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "recreated"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +227,7 @@ func TestNodePublisherRemovedResource(t *testing.T) {
 		lost bool
 	}{{"removed-kubelet", false, false}, {"removed-kdm", true, false}, {"removed-elsewhere", false, true}} {
 		t.Run(tc.node, func(t *testing.T) {
+			forgetNode(t, admin, tc.node)
 			d := newDevices()
 			d.set(quantities("example.com/gpu", 2), quantities("example.com/gpu", 2))
 			runPublisher(t, c, tc.node, d, tc.drop)

@@ -15,13 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
 // sharedCluster is the package's real kube-apiserver and etcd; TestMain stops it.
-var sharedCluster = &kubecluster.Shared{ModuleDir: filepath.Join("..", "test", "kubebins"), Nodes: []string{"edge-1"}}
+var sharedCluster = &kubecluster.Shared{ModuleDir: filepath.Join("..", "test", "kubebins"), Nodes: []string{"edge-1", "edge-2"}}
 
 // clusterNode is a kdm node joined to the test cluster.
 type clusterNode struct {
@@ -30,6 +31,7 @@ type clusterNode struct {
 	kubeconfig string
 	admin      kubernetes.Interface
 	ns         string
+	kdmArgs    []string
 }
 
 func newClusterNode(t *testing.T, c *kubecluster.Cluster, name string) *clusterNode {
@@ -43,16 +45,24 @@ func newClusterNode(t *testing.T, c *kubecluster.Cluster, name string) *clusterN
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	if _, err := admin.CoreV1().Namespaces().Create(context.Background(),
-		&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	ns, err := admin.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		GenerateName: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + "-"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return &clusterNode{node: n, name: name, kubeconfig: kc, admin: admin, ns: ns}
+	// Leave the node as a fresh run finds it: without a kubelet nobody else removes its pods,
+	// and the Node and its Lease would outlive the test.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = admin.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		_ = admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+		_ = admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	return &clusterNode{node: n, name: name, kubeconfig: kc, admin: admin, ns: ns.Name}
 }
 
 func (cn *clusterNode) startKdm() *process {
-	return cn.node.startKdm("--kubeconfig", cn.kubeconfig, "--node-name", cn.name)
+	return cn.node.startKdm(append([]string{"--kubeconfig", cn.kubeconfig, "--node-name", cn.name}, cn.kdmArgs...)...)
 }
 
 // createPod creates a pod bound to the node (as the scheduler would) asking for GPUs.
@@ -130,8 +140,19 @@ func (cn *clusterNode) gpusOf(name string) []string {
 // bound by the API admitted with disjoint GPUs, a rejection the kubelet's way, deletion freeing
 // GPUs, a plugin crash, and a kdm crash that fails no running pod.
 func TestJoinCluster(t *testing.T) {
+	joinCluster(t, "edge-1")
+}
+
+// TestJoinClusterKDMPolicy walks the same story under --policy kdm, whose differences (deferred
+// admission, RPC deadlines) must not change it.
+func TestJoinClusterKDMPolicy(t *testing.T) {
+	joinCluster(t, "edge-2", "--policy", "kdm")
+}
+
+func joinCluster(t *testing.T, nodeName string, kdmArgs ...string) {
 	c := sharedCluster.Get(t)
-	cn := newClusterNode(t, c, "edge-1")
+	cn := newClusterNode(t, c, nodeName)
+	cn.kdmArgs = kdmArgs
 	ctx := context.Background()
 	pods := cn.admin.CoreV1().Pods(cn.ns)
 
