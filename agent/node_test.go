@@ -141,6 +141,31 @@ func waitNode(t *testing.T, admin kubernetes.Interface, name, what string, cond 
 	return nil
 }
 
+// waitLeaseRenewals waits until the node's Lease has been renewed n times from now.
+func waitLeaseRenewals(t *testing.T, admin kubernetes.Interface, node string, n int) {
+	t.Helper()
+	leases := admin.CoordinationV1().Leases(NodeLeaseNamespace)
+	lease, err := leases.Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := leases.Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=" + node, ResourceVersion: lease.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	timeout := time.After(30 * time.Second)
+	for seen := 0; seen < n; {
+		select {
+		case <-w.ResultChan():
+			seen++
+		case <-timeout:
+			t.Fatalf("lease of %s renewed %d times in 30s, want %d", node, seen, n)
+		}
+	}
+}
+
 func value(list v1.ResourceList, name string) (int64, bool) {
 	q, ok := list[v1.ResourceName(name)]
 	return q.Value(), ok
@@ -246,8 +271,9 @@ func TestNodePublisherRemovedResource(t *testing.T) {
 				}
 				return has("example.com/gpu", 0, 0)(n)
 			})
-			// Later syncs no longer name the resource; the Node must stay as published.
-			time.Sleep(time.Second)
+			// Later syncs no longer name the resource; the Node must stay as published. Each
+			// lease renewal follows a status sync, so two renewals mean at least one more sync.
+			waitLeaseRenewals(t, admin, tc.node, 2)
 			again := waitNode(t, admin, tc.node, "no change", func(*v1.Node) bool { return true })
 			if !resourcesEqual(n.Status.Capacity, again.Status.Capacity) {
 				t.Errorf("capacity moved from %v to %v", n.Status.Capacity, again.Status.Capacity)

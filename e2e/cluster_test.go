@@ -226,48 +226,80 @@ func joinCluster(t *testing.T, nodeName string, kdmArgs ...string) {
 	cn.startPlugin()
 	cn.waitGPUs(8, 8)
 
-	// kdm is SIGKILLed and restarted: no running pod is failed, assignments are unchanged, and
-	// capacity returns once the plugin re-registers.
-	w, err := pods.Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	kdm.kill()
-	killed := time.Now()
-	kdm = cn.startKdm()
-	cn.eventually("the restarted kdm sees the plugin again", gpus(8))
-	cn.poll("the restarted kdm renews the node lease", func() (bool, string) {
-		l, err := cn.admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
+	// kdm is SIGKILLed and restarted, first with the plugin left running, then with the plugin
+	// gone too (a node reboot): no running pod is failed, assignments are unchanged, and capacity
+	// returns once the plugin registers.
+	restart := func(probe string, pluginDown bool) {
+		t.Helper()
+		w, err := pods.Watch(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err.Error()
+			t.Fatal(err)
 		}
-		return l.Spec.RenewTime.After(killed), l.Spec.RenewTime.String()
-	})
-	cn.waitGPUs(8, 8)
-	if got := cn.gpusOf("train-b"); !slices.Equal(got, b) {
-		t.Fatalf("train-b has %v after the kdm restart, had %v", got, b)
-	}
-	if got := cn.gpusOf("train-d"); !slices.Equal(got, d) {
-		t.Fatalf("train-d has %v after the kdm restart, had %v", got, d)
-	}
-	// Give a wrong re-admission time to show, then read every pod event since the kill.
-	time.Sleep(2 * time.Second)
-	for drained := false; !drained; {
-		select {
-		case ev := <-w.ResultChan():
-			p, ok := ev.Object.(*v1.Pod)
-			if !ok || (p.Name != "train-b" && p.Name != "train-d") {
-				continue
+		defer w.Stop()
+		kdm.kill()
+		killed := time.Now()
+		if pluginDown {
+			cn.killPlugins()
+		}
+		kdm = cn.startKdm()
+		if pluginDown {
+			// The running pods are re-admitted from the checkpoint while their plugin is away.
+			cn.eventually("running pods re-admitted without their plugin", func(st agent.NodeStatus) bool {
+				for _, name := range []string{"train-b", "train-d"} {
+					if p := pod(st, name); p == nil || p.Phase != agent.PhaseAdmitted || !p.Updated.After(killed) {
+						return false
+					}
+				}
+				return true
+			})
+			cn.startPlugin()
+		}
+		cn.eventually("the restarted kdm sees the plugin again", gpus(8))
+		cn.poll("the restarted kdm renews the node lease", func() (bool, string) {
+			l, err := cn.admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
 			}
-			if ev.Type == watch.Deleted || p.Status.Phase != v1.PodRunning {
-				t.Fatalf("after the kdm restart pod %s: event %s phase %s reason %q message %q",
-					p.Name, ev.Type, p.Status.Phase, p.Status.Reason, p.Status.Message)
+			return l.Spec.RenewTime.After(killed), l.Spec.RenewTime.String()
+		})
+		cn.waitGPUs(8, 8)
+		if got := cn.gpusOf("train-b"); !slices.Equal(got, b) {
+			t.Fatalf("train-b has %v after the kdm restart, had %v", got, b)
+		}
+		if got := cn.gpusOf("train-d"); !slices.Equal(got, d) {
+			t.Fatalf("train-d has %v after the kdm restart, had %v", got, d)
+		}
+		// Re-admission of the first listing precedes anything new, and one worker publishes
+		// pod status in order: once a pod created now runs, a wrong status for the old pods
+		// would have been written. Watch events come in order: read them up to the probe
+		// running.
+		cn.createPod(probe, 1)
+		cn.waitPhase(probe, v1.PodRunning)
+		timeout := time.After(30 * time.Second)
+		for caughtUp := false; !caughtUp; {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatal("pod watch closed")
+				}
+				p, ok := ev.Object.(*v1.Pod)
+				switch {
+				case !ok:
+				case p.Name == probe:
+					caughtUp = p.Status.Phase == v1.PodRunning
+				case p.Name == "train-b" || p.Name == "train-d":
+					if ev.Type == watch.Deleted || p.Status.Phase != v1.PodRunning {
+						t.Fatalf("after the kdm restart pod %s: event %s phase %s reason %q message %q",
+							p.Name, ev.Type, p.Status.Phase, p.Status.Reason, p.Status.Message)
+					}
+				}
+			case <-timeout:
+				t.Fatalf("pod watch did not deliver %s running within 30s", probe)
 			}
-		default:
-			drained = true
 		}
 	}
+	restart("after-restart", false)
+	restart("after-reboot", true)
 	for _, name := range []string{"train-b", "train-d"} {
 		cn.waitPhase(name, v1.PodRunning)
 	}
