@@ -52,10 +52,14 @@ func Example_provider() {
 		log.Fatal(err)
 	}
 	defer func() { _ = m.Stop() }()
+	ctx, cancel := context.WithCancel(ctx)
+	published := make(chan struct{})
 	go func() {
+		defer close(published)
 		publisher := &agent.NodePublisher{Client: client, NodeName: "vk-gpu", Devices: m}
 		_ = publisher.Run(ctx)
 	}()
+	defer func() { cancel(); <-published }() // the publisher stops before the manager
 
 	// In the provider's CreatePod: admit, then start the containers with the run options.
 	admit := func(pod *v1.Pod) error {
