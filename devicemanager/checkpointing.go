@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/endpoint"
@@ -115,17 +116,32 @@ func (m *ManagerImpl) runCheckpointWriter(ctx context.Context) {
 // restoreCheckpoint loads the assignments and registered resources from the checkpoint. Each
 // registered resource gets empty device sets and a stopped placeholder endpoint, so it reports
 // capacity 0 until its plugin registers again and is removed when the grace period ends.
+//
+// When the checkpoint is missing or unusable (corrupt, empty, a layout the policy does not
+// read) and the embedder handed over its own record of the assignments
+// (Sources.RecoveredAllocations), those are restored instead and written back as a valid
+// checkpoint, so no running container's devices go to another. A file that exists but cannot
+// be read (permissions, I/O, not a regular file) is an error: the caller refuses to start
+// rather than replace it.
 func (m *ManagerImpl) restoreCheckpoint() error {
 	data, layout, err := m.store.Read()
-	if errors.Is(err, checkpoint.ErrNotFound) {
+	switch {
+	case err == nil && layout == checkpoint.LayoutV1 && !m.cfg.Policy.ReadLegacyCheckpoint:
+		err = fmt.Errorf("checkpoint %s has the pre-1.20 layout, which the kubelet 1.36 does not read (Policy.ReadLegacyCheckpoint restores it)", m.store.Path())
+		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
+		return m.recoverAllocations("legacy layout not read")
+	case err == nil:
+	case errors.Is(err, checkpoint.ErrNotFound):
 		m.log.Info("Checkpoint not found; starting with empty device state", "path", m.store.Path())
+		return m.recoverAllocations("checkpoint not found")
+	case errors.Is(err, checkpoint.ErrCorrupt):
+		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
+		return m.recoverAllocations("checkpoint corrupt")
+	case m.cfg.ContinueOnUnreadableCheckpoint:
+		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
 		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if layout == checkpoint.LayoutV1 && !m.cfg.Policy.ReadLegacyCheckpoint {
-		return fmt.Errorf("checkpoint %s has the pre-1.20 layout, which the kubelet 1.36 does not read (Policy.ReadLegacyCheckpoint restores it)", m.store.Path())
+	default:
+		return &UnreadableCheckpointError{Path: m.store.Path(), Err: err}
 	}
 	pods, bad := restorePodDevices(data.PodDeviceEntries)
 	for _, e := range bad {
@@ -137,11 +153,135 @@ func (m *ManagerImpl) restoreCheckpoint() error {
 	m.pods = pods
 	m.allocated = pods.devices()
 	for res := range data.RegisteredDevices {
-		m.healthy[res] = sets.New[string]()
-		m.unhealthy[res] = sets.New[string]()
-		m.endpoints[res] = endpointInfo{ep: endpoint.NewStopped(res, m.cfg.Endpoint)}
+		m.addPlaceholderLocked(res)
 	}
 	m.log.V(2).Info("Restored device state from checkpoint", "path", m.store.Path(),
 		"layout", layout, "pods", len(pods), "resources", len(data.RegisteredDevices))
 	return nil
+}
+
+// UnreadableCheckpointError is Start's error for a checkpoint file that exists but cannot be
+// read for a reason other than its content: permissions, I/O, a directory or FIFO in its
+// place. The file is left exactly as it was.
+type UnreadableCheckpointError struct {
+	Path string
+	Err  error
+}
+
+func (e *UnreadableCheckpointError) Error() string {
+	return fmt.Sprintf("cannot read the device checkpoint %s: %v; refusing to start so that the assignments it holds are not replaced (fix the file's permissions or remove it)", e.Path, unwrapFileError(e.Err))
+}
+
+func (e *UnreadableCheckpointError) Unwrap() error { return e.Err }
+
+// unwrapFileError drops the *checkpoint.FileError wrapper, whose path the caller names already.
+func unwrapFileError(err error) error {
+	var fe *checkpoint.FileError
+	if errors.As(err, &fe) {
+		return fe.Err
+	}
+	return err
+}
+
+// addPlaceholderLocked makes res a known resource with no devices and a stopped endpoint,
+// until its plugin registers. Callers hold mu.
+func (m *ManagerImpl) addPlaceholderLocked(res string) {
+	if _, ok := m.endpoints[res]; ok {
+		return
+	}
+	m.healthy[res] = sets.New[string]()
+	m.unhealthy[res] = sets.New[string]()
+	m.endpoints[res] = endpointInfo{ep: endpoint.NewStopped(res, m.cfg.Endpoint)}
+}
+
+// recoverAllocations restores the embedder's record of the assignments (RecoveredAllocations)
+// in place of a checkpoint that is missing or unusable, and writes it back as a valid
+// checkpoint. A device claimed by two records is given to neither: both are logged and
+// dropped, since no record can be trusted over the other. Each restored resource is known
+// until its plugin registers, as if it came from the checkpoint.
+func (m *ManagerImpl) recoverAllocations(why string) error {
+	if len(m.sources.RecoveredAllocations) == 0 {
+		return nil
+	}
+	entries, conflicts := dropConflictingEntries(m.sources.RecoveredAllocations)
+	for _, e := range conflicts {
+		m.log.Error(nil, "Dropped recovered assignment: a device in it is claimed by another record",
+			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)
+	}
+	pods, bad := restorePodDevices(entries)
+	for _, e := range bad {
+		m.log.Error(nil, "Skipped recovered assignment whose allocation response does not decode",
+			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)
+	}
+	m.mu.Lock()
+	m.pods = pods
+	m.allocated = pods.devices()
+	m.recovered = map[string]sets.Set[string]{}
+	for res, ids := range m.allocated {
+		m.addPlaceholderLocked(res)
+		m.recovered[res] = ids.Clone()
+	}
+	m.mu.Unlock()
+	m.log.Info("Restored device assignments from the embedder's records; the checkpoint could not be used",
+		"path", m.store.Path(), "reason", why, "pods", len(pods), "entries", len(entries)-len(bad))
+	if err := m.writeCheckpoint(); err != nil {
+		return fmt.Errorf("writing the recovered checkpoint: %w", err)
+	}
+	return nil
+}
+
+// dropConflictingEntries returns the entries of which no device is named by another entry of
+// the same resource, and those that share a device.
+func dropConflictingEntries(in []checkpoint.PodDevicesEntry) (keep, conflicts []checkpoint.PodDevicesEntry) {
+	owners := map[string]map[string]int{} // resource → device → how many entries name it
+	ids := func(e checkpoint.PodDevicesEntry) sets.Set[string] {
+		s := sets.New[string]()
+		for _, list := range e.DeviceIDs {
+			s.Insert(list...)
+		}
+		return s
+	}
+	for _, e := range in {
+		if owners[e.ResourceName] == nil {
+			owners[e.ResourceName] = map[string]int{}
+		}
+		for id := range ids(e) {
+			owners[e.ResourceName][id]++
+		}
+	}
+	for _, e := range in {
+		shared := false
+		for id := range ids(e) {
+			if owners[e.ResourceName][id] > 1 {
+				shared = true
+			}
+		}
+		if shared {
+			conflicts = append(conflicts, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	return keep, conflicts
+}
+
+// checkRecoveredLocked compares the devices of recovered assignments with the first device
+// list the resource's plugin sends, and logs those it does not list. They stay assigned: the
+// plugin may list them later, and a running container holds them either way. Callers hold mu.
+func (m *ManagerImpl) checkRecoveredLocked(res string, listed map[string]*pluginapi.Device) {
+	ids, ok := m.recovered[res]
+	if !ok {
+		return
+	}
+	delete(m.recovered, res)
+	var missing []string
+	for _, id := range sets.List(ids) {
+		if _, ok := listed[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		m.log.Info("Warning: recovered assignments name devices the plugin does not list; they stay assigned",
+			"resourceName", res, "deviceIDs", missing)
+	}
 }

@@ -53,6 +53,11 @@ type Config struct {
 	// The kubelet never does this; kdm's default is to keep the evidence.
 	QuarantineCorruptCheckpoint *bool
 
+	// ContinueOnUnreadableCheckpoint makes Start go on with empty state when the checkpoint
+	// exists but cannot be read (permissions, I/O), as the kubelet does; its next write then
+	// replaces the file. Off by default: Start fails and the file stays as it was.
+	ContinueOnUnreadableCheckpoint bool
+
 	// TopologyAffinity supplies each container's NUMA affinity hint (the topology manager's
 	// store). Nil means no hint: every device counts as "no affinity".
 	TopologyAffinity AffinityStore

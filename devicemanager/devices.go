@@ -37,6 +37,7 @@ func (m *ManagerImpl) updateDevices(resource string, from *endpoint.Endpoint, de
 	}
 	changed := m.applyDeviceListLocked(resource, devs)
 	m.listedBy[resource] = from
+	m.checkRecoveredLocked(resource, m.allDevices[resource])
 	uids := m.pods.podsHolding(resource, changed)
 	m.mu.Unlock()
 

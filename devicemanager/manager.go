@@ -37,6 +37,11 @@ type Sources struct {
 	// started. Their checkpointed devices are kept without contacting the plugin while
 	// sources are not all ready (the kubelet-restart bypass).
 	RunningContainers []ContainerKey
+	// RecoveredAllocations is the embedder's own durable record of the assignments (the
+	// entries GetContainerAllocations returned for its admitted containers). It is used only
+	// when the checkpoint is missing or unusable: the manager restores these assignments
+	// instead of starting empty, and writes them back as a checkpoint.
+	RecoveredAllocations []checkpoint.PodDevicesEntry
 }
 
 // endpointInfo is the current instance serving a resource: the endpoint and the options it
@@ -70,6 +75,7 @@ type ManagerImpl struct {
 	pending        map[string]sets.Set[string] // devices reserved by allocations in flight
 	pods           podDevices
 	devicesToReuse map[string]map[string]sets.Set[string] // pod UID → resource → reusable IDs
+	recovered      map[string]sets.Set[string]            // devices restored from RecoveredAllocations, until the plugin's first list
 	sources        Sources
 	running        sets.Set[ContainerKey]
 	deviceChange   chan struct{} // closed and replaced whenever endpoints or device sets change
@@ -134,9 +140,12 @@ func (m *ManagerImpl) CheckpointPath() string {
 // sockets, and serves Registration on a fresh kubelet.sock. Plugins detect the restart by
 // their socket's removal and kubelet.sock's creation, and register again.
 //
-// A missing checkpoint is a clean start; an unreadable one is logged (and quarantined unless
-// configured otherwise) and the manager continues with empty state, as the kubelet does.
-// Start fails if the directory, the cleanup or the listener fails. It may be called once;
+// A missing checkpoint is a clean start, and a corrupt one is logged (and quarantined unless
+// configured otherwise); in both cases the manager continues with the embedder's recovered
+// allocations, if any, else with empty state as the kubelet does. A checkpoint that exists but
+// cannot be read (permissions, I/O) fails Start with an *UnreadableCheckpointError, unless
+// Config.ContinueOnUnreadableCheckpoint. Start also fails if the directory, the cleanup or the
+// listener fails. It may be called once;
 // ctx bounds the manager's background work together with Stop.
 func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 	m.life.Lock()
@@ -162,7 +171,7 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 	m.mu.Unlock()
 
 	if err := m.restoreCheckpoint(); err != nil {
-		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
+		return err
 	}
 	if err := cleanupPluginDirectory(m.cfg.PluginDir); err != nil {
 		return fmt.Errorf("cleaning up device plugin directory: %w", err)

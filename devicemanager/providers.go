@@ -6,6 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
 )
 
 // DeviceNUMA maps resource → device ID → the device's NUMA nodes (empty: no topology).
@@ -120,4 +122,17 @@ func (m *ManagerImpl) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.Pod
 			}
 		}
 	}
+}
+
+// GetContainerAllocations returns the container's checkpoint entries, one per resource it
+// holds devices of, sorted by resource: the same entries the checkpoint stores for it. Callers
+// may keep them as a second copy and give them back through Sources.RecoveredAllocations.
+func (m *ManagerImpl) GetContainerAllocations(podUID, containerName string) []checkpoint.PodDevicesEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	one := podDevices{}
+	if c, ok := m.pods[podUID][containerName]; ok {
+		one[podUID] = map[string]map[string]*allocation{containerName: c}
+	}
+	return one.entries()
 }
