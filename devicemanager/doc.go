@@ -18,7 +18,11 @@
 //     every reservation of the call and records nothing (no leaked "Available: 0").
 //   - Every shared map is guarded by the one manager mutex; a device that vanished from the
 //     plugin's list yields an error, never a panic.
-//   - A Register endpoint that would leave the plugin directory ("../x", "/x") is refused.
+//   - A Register endpoint that would leave the plugin directory ("../x", "/x", or a symlink to
+//     a socket or directory elsewhere) is refused without being dialled; the resolved path is
+//     dialled. A socket that a live endpoint serves for one resource is refused to any other.
+//   - At most a few Register calls run at once, per resource and in all; more are refused at
+//     once with ResourceExhausted. Repeated registration log lines are rate-limited.
 //   - Checkpoint writes are durable (file and directory fsync) and never go back in time.
 //
 // Policy fields switch on kdm's improvements (deferred admission, keeping completed init

@@ -2,14 +2,40 @@ package devicemanager
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// maxRegistrationLabels bounds the distinct resource_name values of the registration counter.
+// Register requests are counted per name as the kubelet does, but a flood of made-up names
+// must not grow the registry for ever: past the bound, new names count as otherResourceLabel.
+const maxRegistrationLabels = 512
+
+// otherResourceLabel is the resource_name of registrations past maxRegistrationLabels names.
+const otherResourceLabel = "<other>"
 
 // metrics are the kubelet's device-manager metrics, with the kubelet's names and labels.
 type metrics struct {
 	registrations *prometheus.CounterVec
 	allocDuration *prometheus.HistogramVec
+
+	labelsMu           sync.Mutex
+	registrationLabels map[string]struct{} // resource names with their own registration series
+}
+
+// countRegistration counts one Register request for resource (see maxRegistrationLabels).
+func (m *metrics) countRegistration(resource string) {
+	m.labelsMu.Lock()
+	if _, ok := m.registrationLabels[resource]; !ok {
+		if len(m.registrationLabels) < maxRegistrationLabels {
+			m.registrationLabels[resource] = struct{}{}
+		} else {
+			resource = otherResourceLabel
+		}
+	}
+	m.labelsMu.Unlock()
+	m.registrations.WithLabelValues(resource).Inc()
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -25,6 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:      "Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.",
 			Buckets:   prometheus.DefBuckets,
 		}, []string{"resource_name"}),
+		registrationLabels: map[string]struct{}{},
 	}
 	if reg == nil {
 		return m, nil

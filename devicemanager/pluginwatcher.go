@@ -119,7 +119,7 @@ func (m *ManagerImpl) watcherAdd(ctx context.Context, path string, registered ma
 }
 
 // registerWatchedPlugin validates a plugins_registry device plugin and connects to it. The
-// endpoint is used as given, or the registry socket itself when empty.
+// endpoint is used as given (symlinks resolved), or the registry socket itself when empty.
 func (m *ManagerImpl) registerWatchedPlugin(ctx context.Context, path string, info *registerapi.PluginInfo) error {
 	if !slices.Contains(info.SupportedVersions, pluginapi.Version) {
 		return fmt.Errorf("manager version, %s, is not among plugin supported versions %v", pluginapi.Version, info.SupportedVersions)
@@ -134,7 +134,13 @@ func (m *ManagerImpl) registerWatchedPlugin(ctx context.Context, path string, in
 	if !filepath.IsAbs(ep) {
 		return errors.New("plugin endpoint must be an absolute path: " + ep)
 	}
-	return m.connect(ctx, info.Name, ep)
+	// Resolved, so that a socket reached through a symlink has the one name the socket
+	// ownership check compares (the endpoint may lie anywhere, as with the kubelet).
+	resolved, err := resolveSocketPath(ep)
+	if err != nil {
+		return fmt.Errorf("plugin endpoint %s: %w", ep, err)
+	}
+	return m.connect(ctx, info.Name, resolved)
 }
 
 func (m *ManagerImpl) watcherRemove(path string, registered map[string]*endpoint.Endpoint) {

@@ -2,8 +2,12 @@ package devicemanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/endpoint"
@@ -12,48 +16,114 @@ import (
 // supportedVersions are the device-plugin API versions the manager speaks.
 var supportedVersions = []string{pluginapi.Version}
 
-// registrationServer serves the Registration service on kubelet.sock.
+// registrationServer serves the Registration service on kubelet.sock. Besides the kubelet's
+// checks it bounds the Register calls in flight (limiter) and rate-limits the log lines of
+// repeated causes (logs), so that a flood of Registers costs neither memory nor log volume.
+// The zero value of both fields is ready to use.
 type registrationServer struct {
 	pluginapi.UnimplementedRegistrationServer
 	m *ManagerImpl
+
+	limiter registerLimiter
+	logs    logLimiter
 }
 
 // Register validates the request and connects to the plugin synchronously: the call returns
 // only once the plugin has been dialled and its options read, and any failure goes back to
 // the plugin. Options in the request are ignored; they come from GetDevicePluginOptions.
+//
+// Beyond the kubelet: the endpoint is resolved and must stay inside the plugin directory (see
+// pluginSocketPath); a socket that serves another resource is refused (ErrSocketInUse); and a
+// call beyond maxRegistersPerResource or maxRegistersTotal in flight is refused at once with
+// codes.ResourceExhausted. Repeated log lines of one cause are written once per
+// logRepeatInterval, with the number suppressed in between.
 func (s *registrationServer) Register(ctx context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	m := s.m
-	m.metrics.registrations.WithLabelValues(r.ResourceName).Inc()
+	m.metrics.countRegistration(r.ResourceName)
 	log := m.log.WithValues("resourceName", r.ResourceName, "endpoint", r.Endpoint)
-	log.V(2).Info("Got registration request from device plugin")
+	cause := r.ResourceName + "\x00" + r.Endpoint + "\x00"
 	if r.Version != pluginapi.Version {
 		err := fmt.Errorf("requested API version %q is not supported by kubelet. Supported version is %q", r.Version, supportedVersions)
-		log.Error(err, "Bad registration request from device plugin")
+		s.logError(log, cause+err.Error(), err, "Bad registration request from device plugin")
 		return &pluginapi.Empty{}, err
 	}
 	if !isExtendedResourceName(r.ResourceName) {
 		err := fmt.Errorf("the ResourceName %q is invalid", r.ResourceName)
-		log.Error(err, "Bad registration request from device plugin")
+		s.logError(log, cause+err.Error(), err, "Bad registration request from device plugin")
 		return &pluginapi.Empty{}, err
+	}
+	release, err := s.limiter.acquire(r.ResourceName)
+	if err != nil {
+		// One cause for every refusal of the same bound, whatever the resource names.
+		s.logError(log, "\x00exhausted\x00"+status.Convert(err).Message(), err, "Refused registration request from device plugin")
+		return &pluginapi.Empty{}, err
+	}
+	defer release()
+	if s.allowLog(cause + "request") {
+		log.V(2).Info("Got registration request from device plugin")
 	}
 	path, err := pluginSocketPath(m.cfg.PluginDir, r.Endpoint)
 	if err != nil {
-		log.Error(err, "Bad registration request from device plugin")
+		s.logError(log, cause+err.Error(), err, "Bad registration request from device plugin")
 		return &pluginapi.Empty{}, err
 	}
 	if err := m.connect(ctx, r.ResourceName, path); err != nil {
-		log.Error(err, "Failed to connect to device plugin")
-		return &pluginapi.Empty{}, err
+		key := cause + err.Error()
+		var inUse *socketInUse
+		if errors.As(err, &inUse) {
+			// The cause is the socket's owner, not the (possibly ever-changing) name.
+			key = "\x00inuse\x00" + inUse.socket + "\x00" + inUse.owner
+		}
+		s.logError(log, key, err, "Failed to connect to device plugin")
+		return &pluginapi.Empty{}, registerStatus(err)
 	}
 	return &pluginapi.Empty{}, nil
+}
+
+// allowLog reports whether a line of the given cause may be written now, adding nothing.
+func (s *registrationServer) allowLog(key string) bool {
+	ok, _ := s.logs.allow(key, s.m.cfg.Clock.Now())
+	return ok
+}
+
+// logError writes err with msg unless a line of the same cause was written within
+// logRepeatInterval; the line that passes carries "suppressedRepeats" when some were held back.
+func (s *registrationServer) logError(log klog.Logger, key string, err error, msg string) {
+	ok, suppressed := s.logs.allow(key, s.m.cfg.Clock.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		log = log.WithValues("suppressedRepeats", suppressed)
+	}
+	log.Error(err, msg)
+}
+
+// registerStatus gives kdm's own refusals a gRPC code; the kubelet's errors keep theirs.
+func registerStatus(err error) error {
+	if errors.Is(err, ErrSocketInUse) {
+		return status.Error(codes.AlreadyExists, err.Error())
+	}
+	return err
 }
 
 // connect dials the plugin at path and makes it the resource's current instance. A previous
 // instance is stopped; its stream ending can no longer touch the resource. A failed dial
 // leaves the previous instance, if any, in place.
+//
+// path must be resolved (no symlinks), so that one socket has one name. A socket that a live
+// endpoint of another resource already serves is refused with ErrSocketInUse, both before the
+// dial and again, atomically with the swap, under mu: of two resources racing for one socket,
+// exactly one wins.
 func (m *ManagerImpl) connect(ctx context.Context, resource, path string) error {
 	if !m.isRunning() {
 		return fmt.Errorf("device manager is not running")
+	}
+	m.mu.Lock()
+	owner := m.socketOwnerLocked(resource, path)
+	m.mu.Unlock()
+	if owner != "" {
+		return socketInUseError(path, owner, resource)
 	}
 	ep, err := endpoint.Dial(ctx, resource, path, m.cfg.Endpoint)
 	if err != nil {
@@ -67,6 +137,11 @@ func (m *ManagerImpl) connect(ctx context.Context, resource, path string) error 
 	}
 	opts := ep.Options()
 	m.mu.Lock()
+	if owner := m.socketOwnerLocked(resource, path); owner != "" {
+		m.mu.Unlock()
+		ep.Stop()
+		return socketInUseError(path, owner, resource)
+	}
 	old := m.endpoints[resource]
 	m.endpoints[resource] = endpointInfo{ep: ep, opts: opts}
 	m.signalDeviceChangeLocked()

@@ -1,0 +1,370 @@
+package devicemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/kdm-project/kdm/deviceplugin"
+)
+
+// TestPluginSocketPath: the endpoint is resolved through symlinks and must stay inside the
+// (resolved) plugin directory.
+func TestPluginSocketPath(t *testing.T) {
+	base := shortDir(t)
+	realBase := filepath.Join(base, "real")
+	dir := filepath.Join(realBase, "dp")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{filepath.Join(dir, "sub"), outside} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{filepath.Join(dir, "gpu.sock"), filepath.Join(dir, "gpu-plugin"), filepath.Join(dir, "sub", "x.sock"), filepath.Join(outside, "x.sock")} {
+		listenUnix(t, p)
+	}
+	linkedBase := filepath.Join(base, "linked") // a symlinked /var/lib/kubelet
+	symlinks := map[string]string{
+		linkedBase:                             realBase,
+		filepath.Join(dir, "out.sock"):         filepath.Join(outside, "x.sock"),
+		filepath.Join(dir, "outdir"):           outside,
+		filepath.Join(dir, "alias.sock"):       "gpu.sock", // relative, inside
+		filepath.Join(dir, "subalias"):         filepath.Join(dir, "sub"),
+		filepath.Join(dir, "chain.sock"):       "out.sock", // inside link to an outside link
+		filepath.Join(dir, "dangling.sock"):    filepath.Join(base, "nothing.sock"),
+		filepath.Join(dir, "sub", "up.sock"):   "../gpu.sock",
+		filepath.Join(dir, "dirlink.sock"):     dir, // resolves to the directory itself
+		filepath.Join(dir, "sub", "loop.sock"): "loop.sock",
+	}
+	for link, target := range symlinks {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	linkedDir := filepath.Join(linkedBase, "dp")
+	cases := []struct {
+		dir, endpoint string
+		want          string // resolved path, when wantErr is empty
+		wantErr       string
+	}{
+		{dir, "gpu.sock", filepath.Join(dir, "gpu.sock"), ""},
+		{dir, "gpu-plugin", filepath.Join(dir, "gpu-plugin"), ""}, // no .sock suffix
+		{dir, "sub/x.sock", filepath.Join(dir, "sub", "x.sock"), ""},
+		{dir, "missing.sock", filepath.Join(dir, "missing.sock"), ""}, // dialled, fails like the kubelet
+		{dir, "alias.sock", filepath.Join(dir, "gpu.sock"), ""},
+		{dir, "subalias/x.sock", filepath.Join(dir, "sub", "x.sock"), ""},
+		{dir, "sub/up.sock", filepath.Join(dir, "gpu.sock"), ""},
+		{dir, "sub/../gpu.sock", filepath.Join(dir, "gpu.sock"), ""},
+		{linkedDir, "gpu.sock", filepath.Join(dir, "gpu.sock"), ""},
+		{linkedDir, "sub/x.sock", filepath.Join(dir, "sub", "x.sock"), ""},
+		{dir, "../outside/x.sock", "", `invalid endpoint "../outside/x.sock": must name a socket inside`},
+		{dir, filepath.Join(outside, "x.sock"), "", "must name a socket inside"},
+		{dir, "", "", `invalid endpoint ""`},
+		{dir, "out.sock", "", `invalid endpoint "out.sock": it resolves to ` + filepath.Join(outside, "x.sock") + ", outside the device plugin directory " + dir},
+		{linkedDir, "out.sock", "", "outside the device plugin directory " + linkedDir},
+		{dir, "outdir/x.sock", "", `invalid endpoint "outdir/x.sock": it resolves to ` + filepath.Join(outside, "x.sock")},
+		{dir, "chain.sock", "", "outside the device plugin directory"},
+		{dir, "dirlink.sock", "", "outside the device plugin directory"},
+		{dir, "dangling.sock", "", `invalid endpoint "dangling.sock" in ` + dir},
+		{dir, "sub/loop.sock", "", `invalid endpoint "sub/loop.sock"`},
+		{dir, "nodir/x.sock", "", `invalid endpoint "nodir/x.sock" in ` + dir},
+		{filepath.Join(base, "absent"), "x.sock", "", "resolving device plugin directory"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.TrimPrefix(tc.dir, base)+":"+tc.endpoint, func(t *testing.T) {
+			got, err := pluginSocketPath(tc.dir, tc.endpoint)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("pluginSocketPath: %v, want %s", err, tc.want)
+			case tc.wantErr == "" && got != tc.want:
+				t.Fatalf("pluginSocketPath = %s, want %s", got, tc.want)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("pluginSocketPath = %q, %v; want an error containing %q", got, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func register(c pluginapi.RegistrationClient, resource, endpoint string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, err := c.Register(ctx, &pluginapi.RegisterRequest{Version: pluginapi.Version, ResourceName: resource, Endpoint: endpoint})
+	return err
+}
+
+// unregisteredPlugin serves resource on dir/socket without registering it; it stops at cleanup.
+func unregisteredPlugin(t *testing.T, dir, resource, socket string) *deviceplugin.Plugin {
+	t.Helper()
+	return testPlugin(t, dir, resource, socket, &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "d0"),
+		func(c *deviceplugin.Config) { c.Registration = deviceplugin.NoRegistration })
+}
+
+// TestSocketOwnership: one live socket serves one resource. Another resource is refused with
+// an error naming both and the socket, also through a symlinked alias and through the
+// plugins_registry path; the same resource may re-register, and once the owner's stream has
+// ended the socket is free for another resource.
+func TestSocketOwnership(t *testing.T) {
+	dir := shortDir(t)
+	m := testManager(t, dir, Config{}, Sources{})
+	client := registrationClient(t, m.SocketPath())
+	p := testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "a", "b"))
+	waitFor(t, m, "gpu devices", func() bool { return capacityIs(m, gpu, 2, 2) })
+	if err := os.Symlink("gpu.sock", filepath.Join(dir, "alias.sock")); err != nil {
+		t.Fatal(err)
+	}
+
+	const other = "example.com/other"
+	for _, ep := range []string{"gpu.sock", "alias.sock", "./gpu.sock"} {
+		err := register(client, other, ep)
+		if status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("Register %s on %s: got %v, want AlreadyExists", other, ep, err)
+		}
+		for _, want := range []string{other, gpu, p.SocketPath()} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("refusal %q does not name %q", err, want)
+			}
+		}
+	}
+	// The plugins_registry path gets the same check.
+	err := m.registerWatchedPlugin(context.Background(), filepath.Join(dir, "reg.sock"), &registerapi.PluginInfo{
+		Type: registerapi.DevicePlugin, Name: other, Endpoint: filepath.Join(dir, "alias.sock"), SupportedVersions: []string{pluginapi.Version}})
+	if !errors.Is(err, ErrSocketInUse) {
+		t.Fatalf("plugin watcher registration of %s on gpu.sock's alias: got %v, want ErrSocketInUse", other, err)
+	}
+	if calls := p.Calls(); calls.Options != 1 {
+		t.Errorf("the refused registrations dialled the plugin: %d GetDevicePluginOptions calls, want 1", calls.Options)
+	}
+	if c, a, _ := m.GetCapacity(); quantity(c, other) != -1 || quantity(a, other) != -1 {
+		t.Fatalf("refused resource has capacity %v allocatable %v", c, a)
+	}
+
+	// The owner may re-register on its socket (a plugin restart), through the alias too.
+	for _, ep := range []string{"gpu.sock", "alias.sock"} {
+		if err := register(client, gpu, ep); err != nil {
+			t.Fatalf("re-registration of %s on %s: %v", gpu, ep, err)
+		}
+	}
+	waitFor(t, m, "gpu devices after re-registration", func() bool { return capacityIs(m, gpu, 2, 2) })
+
+	// The plugin goes away: its socket may now serve another resource.
+	p.Stop()
+	waitFor(t, m, "gpu disconnected", func() bool { return capacityIs(m, gpu, 2, 0) })
+	testPlugin(t, dir, other, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "x"))
+	waitFor(t, m, "the new resource on the old socket", func() bool { return capacityIs(m, other, 1, 1) })
+}
+
+// TestSocketOwnershipWatcherEndpoint: a socket registered through plugins_registry is owned
+// like one registered through kubelet.sock.
+func TestSocketOwnershipWatcherEndpoint(t *testing.T) {
+	dir := shortDir(t)
+	watch := filepath.Join(dir, "plugins_registry")
+	m := testManager(t, dir, Config{PluginWatcherDir: watch}, Sources{})
+	testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "a"),
+		func(c *deviceplugin.Config) { c.Registration, c.WatcherDir = deviceplugin.PluginWatcher, watch })
+	waitFor(t, m, "watcher plugin", func() bool { return capacityIs(m, gpu, 1, 1) })
+	err := register(registrationClient(t, m.SocketPath()), "example.com/other", "gpu.sock")
+	if !errors.Is(err, ErrSocketInUse) && status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("Register on the watcher plugin's socket: got %v, want AlreadyExists", err)
+	}
+}
+
+// TestSocketOwnershipRace: resources racing for one socket: exactly one wins.
+func TestSocketOwnershipRace(t *testing.T) {
+	dir := shortDir(t)
+	m := testManager(t, dir, Config{}, Sources{})
+	client := registrationClient(t, m.SocketPath())
+	p := unregisteredPlugin(t, dir, gpu, "shared.sock")
+	const racers = 8
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = register(client, fmt.Sprintf("example.com/r%d", i), "shared.sock")
+		}()
+	}
+	wg.Wait()
+	winners := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			winners++
+		case status.Code(err) != codes.AlreadyExists:
+			t.Errorf("racer %d: %v, want success or AlreadyExists", i, err)
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d resources registered on one socket, want exactly 1 (errors %v)", winners, errs)
+	}
+	m.mu.Lock()
+	live := 0
+	for _, info := range m.endpoints {
+		if info.ep != nil && info.ep.SocketPath() == p.SocketPath() && !info.ep.IsStopped() {
+			live++
+		}
+	}
+	m.mu.Unlock()
+	if live != 1 {
+		t.Fatalf("%d live endpoints on the socket, want 1", live)
+	}
+}
+
+// TestRegisterInFlightLimit: a third Register for one resource while two are in flight is
+// refused at once with ResourceExhausted; once they end, the resource registers again.
+func TestRegisterInFlightLimit(t *testing.T) {
+	dir := shortDir(t)
+	m := testManager(t, dir, Config{}, Sources{})
+	client := registrationClient(t, m.SocketPath())
+	hung := unregisteredPlugin(t, dir, gpu, "hung.sock")
+	hung.SetFaults(deviceplugin.Faults{HangOptions: true})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range maxRegistersPerResource {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = client.Register(ctx, &pluginapi.RegisterRequest{Version: pluginapi.Version, ResourceName: gpu, Endpoint: "hung.sock"})
+		}()
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer wcancel()
+	if err := hung.WaitForCalls(wctx, func(c deviceplugin.Calls) bool { return c.Options == maxRegistersPerResource }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := register(client, gpu, "hung.sock")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), gpu) {
+		t.Errorf("third Register in flight: got %v, want ResourceExhausted naming %s", err, gpu)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refusal took %v; want it at once", d)
+	}
+	// Another resource is not held up by gpu's bound.
+	testPlugin(t, dir, "example.com/other", "other.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "x"))
+	waitFor(t, m, "the other resource", func() bool { return capacityIs(m, "example.com/other", 1, 1) })
+
+	cancel()
+	wg.Wait()
+	testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "a"))
+	waitFor(t, m, "gpu registered once the calls in flight ended", func() bool { return capacityIs(m, gpu, 1, 1) })
+}
+
+func TestRegisterLimiter(t *testing.T) {
+	l := &registerLimiter{maxPerResource: 2, maxTotal: 3}
+	relA1, err := l.acquire("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	relA2, err := l.acquire("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.acquire("a"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `resource "a"`) {
+		t.Fatalf("third acquire of a: %v, want ResourceExhausted naming the resource", err)
+	}
+	relB, err := l.acquire("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.acquire("c"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "3 device plugin registrations") {
+		t.Fatalf("acquire past the total: %v, want ResourceExhausted naming the bound", err)
+	}
+	relA1()
+	relA1() // idempotent: must not free a second slot
+	if _, err := l.acquire("c"); err != nil {
+		t.Fatalf("acquire after a release: %v", err)
+	}
+	if _, err := l.acquire("c"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("double release freed two slots: %v", err)
+	}
+	relA2()
+	relB()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total != 1 || len(l.perResource) != 1 || l.perResource["c"] != 1 {
+		t.Fatalf("limiter state total=%d perResource=%v, want only c's one call", l.total, l.perResource)
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	l := &logLimiter{interval: 10 * time.Second, maxKeys: 3}
+	steps := []struct {
+		key            string
+		at             time.Duration
+		ok             bool
+		wantSuppressed int
+	}{
+		{"a", 0, true, 0},
+		{"a", time.Second, false, 0},
+		{"a", 9 * time.Second, false, 0},
+		{"b", 9 * time.Second, true, 0}, // causes are independent
+		{"a", 10 * time.Second, true, 2},
+		{"a", 11 * time.Second, false, 0},
+		{"a", 30 * time.Second, true, 1},
+		{"a", 41 * time.Second, true, 0},
+		// Full (a, b, c): b is quiet for an interval and is forgotten; d takes its place.
+		{"c", 41 * time.Second, true, 0},
+		{"d", 41 * time.Second, true, 0},
+		// Full with a, c, d all recent: new causes share the overflow cause.
+		{"e", 42 * time.Second, true, 0},
+		{"f", 42 * time.Second, false, 0},
+		{"g", 43 * time.Second, false, 0},
+		// An interval after the last pruning, the quiet causes are forgotten: h, i and j get
+		// their own; the overflow cause keeps its count and reports it when it next passes.
+		{"h", 52 * time.Second, true, 0},
+		{"i", 52 * time.Second, true, 0},
+		{"j", 52 * time.Second, true, 0},
+		{"k", 53 * time.Second, true, 2},
+		{"l", 54 * time.Second, false, 0},
+		{"h", 62 * time.Second, true, 0},
+	}
+	for i, s := range steps {
+		ok, n := l.allow(s.key, at(s.at))
+		if ok != s.ok || n != s.wantSuppressed {
+			t.Fatalf("step %d (%s at %v): allow = %v, %d; want %v, %d", i, s.key, s.at, ok, n, s.ok, s.wantSuppressed)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.causes) > 3 {
+		t.Fatalf("limiter remembers %d causes, want at most maxKeys (3)", len(l.causes))
+	}
+}
+
+// TestRegistrationMetricLabels: each name gets its series up to the bound; past it, new names
+// share one series, so made-up names cannot grow the registry for ever.
+func TestRegistrationMetricLabels(t *testing.T) {
+	met, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxRegistrationLabels + 10 {
+		met.countRegistration(fmt.Sprintf("example.com/r%d", i))
+	}
+	met.countRegistration("example.com/r0")
+	if got := testutil.CollectAndCount(met.registrations); got != maxRegistrationLabels+1 {
+		t.Fatalf("%d series, want %d plus the overflow series", got, maxRegistrationLabels)
+	}
+	if got := testutil.ToFloat64(met.registrations.WithLabelValues(otherResourceLabel)); got != 10 {
+		t.Errorf("overflow series = %v, want 10", got)
+	}
+	if got := testutil.ToFloat64(met.registrations.WithLabelValues("example.com/r0")); got != 2 {
+		t.Errorf("a known name's series = %v, want 2", got)
+	}
+}
