@@ -195,13 +195,25 @@ func (m *ManagerImpl) releaseLocked(res string, ids sets.Set[string]) {
 
 // UpdateAllocatedDevices garbage-collects the devices of pods that are no longer active. It
 // does nothing until every pod source is ready, so checkpointed assignments survive start-up.
-// No checkpoint is written (the next write drops the removed pods).
+// When it removed a pod it writes the checkpoint before returning: the kubelet leaves that to
+// the next write, so a crash in between brings the removed pod's devices back, and a pod
+// re-created under the same UID (a static pod) would be judged against them.
 func (m *ManagerImpl) UpdateAllocatedDevices() {
+	if m.collectInactivePods() {
+		if err := m.writeCheckpoint(); err != nil {
+			m.log.Error(err, "Writing checkpoint encountered")
+		}
+	}
+}
+
+// collectInactivePods drops the assignments of pods that are no longer active and reports
+// whether it dropped any.
+func (m *ManagerImpl) collectInactivePods() bool {
 	m.mu.Lock()
 	src := m.sources
 	m.mu.Unlock()
 	if src.SourcesReady != nil && !src.SourcesReady() {
-		return
+		return false
 	}
 	active := sets.New[string]()
 	if src.ActivePods != nil {
@@ -223,7 +235,7 @@ func (m *ManagerImpl) UpdateAllocatedDevices() {
 		}
 	}
 	if len(removed) == 0 {
-		return
+		return false
 	}
 	sort.Strings(removed)
 	m.log.V(3).Info("Removed devices of pods that are no longer active", "podUIDs", removed)
@@ -231,6 +243,7 @@ func (m *ManagerImpl) UpdateAllocatedDevices() {
 		delete(m.pods, uid)
 	}
 	m.allocated = m.pods.devices()
+	return true
 }
 
 func cloneResourceSets(in map[string]sets.Set[string]) map[string]sets.Set[string] {
