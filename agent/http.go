@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sort"
@@ -24,7 +25,8 @@ type NodeStatus struct {
 }
 
 // serveHTTP serves /healthz (with the "device-plugin" check), /metrics and /status until ctx
-// ends.
+// ends or the server fails. On ctx end it shuts down gracefully for at most httpShutdownTimeout,
+// then closes the remaining connections hard, so slow clients cannot hold the agent's stop.
 func (a *Agent) serveHTTP(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -44,22 +46,29 @@ func (a *Agent) serveHTTP(ctx context.Context) error {
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	served := make(chan error, 1)
 	a.log.Info("Serving HTTP", "address", lis.Addr().String())
-	err = srv.Serve(lis)
-	<-done
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case err := <-served: // failed on its own
+		_ = srv.Close()
+		return fmt.Errorf("serving HTTP on %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
 	}
-	return err
+	sctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		a.log.Info("HTTP shutdown timed out, closing the remaining connections", "timeout", httpShutdownTimeout, "err", err)
+	}
+	_ = srv.Close() // Shutdown leaves connections it could not drain open; end them
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving HTTP on %s: %w", lis.Addr(), err)
+	}
+	return nil
 }
+
+// httpShutdownTimeout bounds the graceful part of the HTTP server's shutdown.
+const httpShutdownTimeout = 5 * time.Second
 
 // Status reports the node's device resources and every pod's admission outcome. A resource
 // removed after its plugin's grace period is published at 0, as the kubelet does, unless the

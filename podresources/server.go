@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
@@ -35,13 +36,23 @@ type ServerConfig struct {
 	// Registry receives the kubelet_pod_resources_endpoint_* counters; nil keeps them private.
 	Registry prometheus.Registerer
 	Logger   klog.Logger
+	// GracefulStopTimeout bounds the graceful part of Serve's shutdown: how long calls in
+	// progress may take to finish, and their responses to be delivered, once Serve's context
+	// has ended. Then every connection is closed hard. Zero means DefaultGracefulStopTimeout;
+	// a negative value skips the graceful stop.
+	GracefulStopTimeout time.Duration
 }
+
+// DefaultGracefulStopTimeout is how long Serve waits for calls in progress when it stops, unless
+// ServerConfig.GracefulStopTimeout says otherwise.
+const DefaultGracefulStopTimeout = 5 * time.Second
 
 // Server serves podresources v1 and v1alpha1 on one gRPC server, rate limited like the
 // kubelet's.
 type Server struct {
-	grpc *grpc.Server
-	log  klog.Logger
+	grpc                *grpc.Server
+	log                 klog.Logger
+	gracefulStopTimeout time.Duration
 }
 
 // NewServer builds the gRPC server with both API versions and the rate-limit interceptor.
@@ -54,6 +65,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Burst == 0 {
 		cfg.Burst = DefaultBurst
+	}
+	if cfg.GracefulStopTimeout == 0 {
+		cfg.GracefulStopTimeout = DefaultGracefulStopTimeout
 	}
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = klog.Background()
@@ -71,7 +85,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := grpc.NewServer(opts...)
 	podresourcesv1.RegisterPodResourcesListerServer(s, &v1Server{p: cfg.Providers, metrics: met})
 	v1alpha1.RegisterPodResourcesListerServer(s, &v1alpha1Server{p: cfg.Providers, metrics: met})
-	return &Server{grpc: s, log: cfg.Logger.WithName("podresources")}, nil
+	return &Server{grpc: s, log: cfg.Logger.WithName("podresources"), gracefulStopTimeout: cfg.GracefulStopTimeout}, nil
 }
 
 // ErrRateLimited is the status every call gets while the token bucket is empty.
@@ -87,30 +101,66 @@ func rateLimiter(qps float64, burst int) grpc.UnaryServerInterceptor {
 	}
 }
 
-// Serve listens on socketPath (see Listen) and serves until ctx ends, then stops gracefully
-// and returns once every handler has finished.
+// Serve listens on socketPath (see Listen) and serves until ctx ends or the gRPC server fails
+// on its own. When ctx ends it stops gracefully: no new connections or calls are accepted and
+// calls in progress may finish, for at most the configured GracefulStopTimeout; then it closes
+// every connection hard. Serve therefore returns in bounded time whatever clients do, including
+// clients that never read their responses. It returns nil after a stop caused by ctx, and the
+// serving error otherwise. Serve may be called once per Server.
 func (s *Server) Serve(ctx context.Context, socketPath string) error {
 	lis, err := Listen(socketPath)
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
+	s.log.Info("Serving podresources", "path", socketPath)
+	return s.serve(ctx, lis)
+}
+
+// serve serves on lis until ctx ends or gRPC's Serve returns, then stops the server.
+func (s *Server) serve(ctx context.Context, lis net.Listener) error {
+	served := make(chan error, 1)
+	go func() { served <- s.grpc.Serve(lis) }()
+	select {
+	case err := <-served:
+		// gRPC gave up on its own (the listener failed): stop hard so that no connection
+		// outlives Serve, and report why.
+		s.grpc.Stop()
+		if err == nil {
+			err = errors.New("gRPC server stopped unexpectedly")
+		}
+		return fmt.Errorf("serving podresources: %w", err)
+	case <-ctx.Done():
+	}
+	s.stop()
+	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serving podresources: %w", err)
+	}
+	return nil
+}
+
+// stop stops the gRPC server gracefully, and hard once the graceful stop has taken longer than
+// s.gracefulStopTimeout. It returns when every connection is closed.
+func (s *Server) stop() {
+	if s.gracefulStopTimeout < 0 {
+		s.grpc.Stop()
+		return
+	}
+	graceful := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		<-ctx.Done()
+		defer close(graceful)
 		s.grpc.GracefulStop()
 	}()
-	s.log.Info("Serving podresources", "socket", socketPath)
-	err = s.grpc.Serve(lis)
-	if ctx.Err() == nil {
-		s.grpc.Stop() // Serve failed on its own: release the waiter
+	timer := time.NewTimer(s.gracefulStopTimeout)
+	defer timer.Stop()
+	select {
+	case <-graceful:
+		return
+	case <-timer.C:
 	}
-	wg.Wait()
-	if errors.Is(err, grpc.ErrServerStopped) {
-		return nil
-	}
-	return err
+	s.log.Info("Graceful stop of podresources timed out, closing the remaining connections", "timeout", s.gracefulStopTimeout)
+	// Stop closes every connection, which also lets the pending GracefulStop return.
+	s.grpc.Stop()
+	<-graceful
 }
 
 // Listen creates the socket the kubelet's way: remove an old socket, create the directory

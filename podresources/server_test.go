@@ -1,8 +1,12 @@
 package podresources
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +18,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -465,4 +471,220 @@ func BenchmarkList(b *testing.B) {
 			}
 		}
 	})
+}
+
+// signalPods reports every GetActivePods call on listed, so a test knows a List handler ran.
+type signalPods struct {
+	fakePods
+	listed chan struct{}
+}
+
+func (s *signalPods) GetActivePods() []*v1.Pod {
+	select {
+	case s.listed <- struct{}{}:
+	default:
+	}
+	return s.fakePods.GetActivePods()
+}
+
+// stalledClient opens a raw HTTP/2 connection to the podresources socket that announces a zero
+// stream receive window, starts v1 List calls on the given number of streams and then never
+// reads and never sends WINDOW_UPDATE: the server can never deliver a response, so the streams
+// stay open until the server gives up on them. The returned func closes the connection.
+func stalledClient(t *testing.T, sock string, streams int) func() {
+	t.Helper()
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("dialing %s: %v", sock, err)
+	}
+	fail := func(what string, err error) {
+		_ = conn.Close()
+		t.Fatalf("stalled client: %s: %v", what, err)
+	}
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		fail("writing the preface", err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		fail("writing SETTINGS", err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for i := range streams {
+		block.Reset()
+		for _, f := range []hpack.HeaderField{
+			{Name: ":method", Value: "POST"},
+			{Name: ":scheme", Value: "http"},
+			{Name: ":path", Value: "/v1.PodResourcesLister/List"},
+			{Name: ":authority", Value: "localhost"},
+			{Name: "content-type", Value: "application/grpc"},
+			{Name: "te", Value: "trailers"},
+		} {
+			if err := enc.WriteField(f); err != nil {
+				fail("encoding headers", err)
+			}
+		}
+		id := uint32(2*i + 1)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+			fail("writing HEADERS", err)
+		}
+		// An empty ListPodResourcesRequest: uncompressed, zero length.
+		if err := fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}); err != nil {
+			fail("writing DATA", err)
+		}
+	}
+	return func() { _ = conn.Close() }
+}
+
+// TestServeReturnsDespiteStalledClients checks that a client which never accepts a response
+// cannot keep Serve from returning once its context ends: the graceful stop is bounded and
+// followed by a hard stop.
+func TestServeReturnsDespiteStalledClients(t *testing.T) {
+	p := pod("p", "u1", "c")
+	pods := &signalPods{fakePods: fakePods{active: []*v1.Pod{p}, all: []*v1.Pod{p}}, listed: make(chan struct{}, 1)}
+	srv, err := NewServer(ServerConfig{Providers: Providers{Pods: pods, Devices: &fakeDevices{}}, GracefulStopTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := SocketPath(shortDir(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, sock) }()
+	if err := waitForSocket(sock, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		defer stalledClient(t, sock, 4)()
+	}
+	select {
+	case <-pods.listed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no List call reached the server")
+	}
+	cancel()
+	bound := time.NewTimer(15 * time.Second)
+	defer bound.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-bound.C:
+		t.Fatal("Serve did not return within 15s of its context ending while clients stalled their streams")
+	}
+}
+
+// waitForSocket waits until something accepts connections on path.
+func waitForSocket(path string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("socket %s not accepting connections after %v: %w", path, within, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// brokenListener fails every Accept with a permanent error, as a listener whose socket was
+// closed under it does.
+type brokenListener struct{ net.Listener }
+
+var errBrokenListener = errors.New("listener broken")
+
+func (brokenListener) Accept() (net.Conn, error) { return nil, errBrokenListener }
+
+// TestServeReturnsWhenGRPCFails checks that Serve does not wait for its context once gRPC's
+// Serve has failed on its own, and reports the failure.
+func TestServeReturnsWhenGRPCFails(t *testing.T) {
+	srv, err := NewServer(ServerConfig{Providers: Providers{Pods: &fakePods{}, Devices: &fakeDevices{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("unix", filepath.Join(shortDir(t), "s.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(context.Background(), brokenListener{lis}) }()
+	bound := time.NewTimer(10 * time.Second)
+	defer bound.Stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errBrokenListener) {
+			t.Errorf("Serve returned %v, want an error wrapping %v", err, errBrokenListener)
+		}
+	case <-bound.C:
+		t.Fatal("Serve did not return within 10s of gRPC failing with a live context")
+	}
+}
+
+// TestGracefulStopLetsCallsFinish checks that a stop leaves a call in progress time to
+// complete and deliver its response when the client reads it.
+func TestGracefulStopLetsCallsFinish(t *testing.T) {
+	p := pod("p", "u1", "c")
+	release := make(chan struct{})
+	pods := &blockingPods{fakePods: fakePods{active: []*v1.Pod{p}, all: []*v1.Pod{p}}, entered: make(chan struct{}, 1), release: release}
+	srv, err := NewServer(ServerConfig{Providers: Providers{Pods: pods, Devices: &fakeDevices{}}, GracefulStopTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := SocketPath(shortDir(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, sock) }()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	listed := make(chan error, 1)
+	go func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer ccancel()
+		resp, err := podresourcesv1.NewPodResourcesListerClient(conn).List(cctx, &podresourcesv1.ListPodResourcesRequest{}, grpc.WaitForReady(true))
+		if err == nil && len(resp.PodResources) != 1 {
+			err = fmt.Errorf("got %d pods, want 1", len(resp.PodResources))
+		}
+		listed <- err
+	}()
+	select {
+	case <-pods.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("List never reached the server")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned (%v) while a call was still in progress", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-listed; err != nil {
+		t.Errorf("List in progress during a graceful stop: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
+
+// blockingPods holds GetActivePods until release is closed, announcing each call on entered.
+type blockingPods struct {
+	fakePods
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingPods) GetActivePods() []*v1.Pod {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.release
+	return b.fakePods.GetActivePods()
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -72,11 +73,16 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the API server to join: pods bound to --node-name are admitted and the Node's device resources published (empty: no API server)")
 	nodeName := fs.String("node-name", "", "the Node this agent stands for (default: the hostname)")
 	maxPods := fs.Int64("max-pods", 110, "with --kubeconfig: the Node's pods capacity, so that a scheduler may place pods on it")
+	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "after SIGTERM or SIGINT, how long to wait for a clean stop before exiting with status 1 (0: wait as long as it takes); a second signal exits at once")
 	allocTimeout := fs.Duration("allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none under kubelet-1.36, 30s/10s under kdm)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *shutdownTimeout < 0 {
+		fmt.Fprintf(stderr, "kdm run: --shutdown-timeout must not be negative, got %v\n", *shutdownTimeout)
 		return 2
 	}
 	pol, err := policyFlag(*policy)
@@ -118,14 +124,60 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdm run: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	return runUntilSignalled(a.Run, sigs, *shutdownTimeout, stderr)
+}
+
+// defaultShutdownTimeout is --shutdown-timeout's default: long enough for the podresources
+// and HTTP servers' bounded graceful stops (5 s each) and a checkpoint write.
+const defaultShutdownTimeout = 20 * time.Second
+
+// runUntilSignalled runs run until it returns or a signal arrives on sigs, then cancels its
+// context and waits for it for at most timeout (0: without a bound). It returns the process
+// exit code: 0 after a clean stop, 1 when run failed, did not stop in time, or a second signal
+// asked to exit at once. When the timeout expires, the stacks of the goroutines still running
+// go to stderr, so the operator sees what held the stop. It never calls os.Exit.
+func runUntilSignalled(run func(context.Context) error, sigs <-chan os.Signal, timeout time.Duration, stderr io.Writer) int {
+	log := klog.Background()
+	defer klog.Flush()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	start := time.Now()
-	if err := a.Run(ctx); err != nil {
-		fmt.Fprintf(stderr, "kdm run: %v\n", err)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	exit := func(err error) int {
+		if err != nil {
+			fmt.Fprintf(stderr, "kdm run: %v\n", err)
+			return 1
+		}
+		log.Info("kdm exited cleanly", "uptime", time.Since(start).Round(time.Millisecond))
+		return 0
+	}
+	select {
+	case err := <-done:
+		return exit(err)
+	case sig := <-sigs:
+		log.Info("Stopping", "signal", sig.String(), "shutdownTimeout", timeout)
+		cancel()
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	select {
+	case err := <-done:
+		return exit(err)
+	case sig := <-sigs:
+		log.Error(nil, "Second signal received, exiting without waiting for the stop to finish", "signal", sig.String())
+		return 1
+	case <-expired:
+		log.Error(nil, "kdm did not stop within the shutdown timeout, exiting; the goroutines still running follow", "shutdownTimeout", timeout)
+		klog.Flush()
+		_ = pprof.Lookup("goroutine").WriteTo(stderr, 1)
 		return 1
 	}
-	klog.Background().Info("kdm exited cleanly", "uptime", time.Since(start).Round(time.Millisecond))
-	klog.Flush()
-	return 0
 }
