@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/podresources"
 )
@@ -93,16 +94,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("creating pods dir: %w", err)
 	}
 	cleanStaleTemps(a.cfg.PodsDir())
-	running, err := a.previouslyRunning()
+	running, recovered, err := a.previouslyRunning()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := a.manager.Start(ctx, devicemanager.Sources{
-		ActivePods:        a.activePods,
-		SourcesReady:      a.ready.Load,
-		RunningContainers: running,
+		ActivePods:           a.activePods,
+		SourcesReady:         a.ready.Load,
+		RunningContainers:    running,
+		RecoveredAllocations: recovered,
 	}); err != nil {
 		return err
 	}
@@ -197,14 +199,17 @@ func (a *Agent) readyAfter(n int) func() {
 	}
 }
 
-// previouslyRunning lists the containers of pods admitted by an earlier run: app containers
-// and sidecars. Regular init containers ran to completion before the apps started.
-func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, error) {
+// previouslyRunning lists the containers of pods admitted by an earlier run (app containers
+// and sidecars: regular init containers ran to completion before the apps started), and the
+// devices every container of those pods held: the agent's second copy of the assignments,
+// which the manager restores if the checkpoint was lost.
+func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.PodDevicesEntry, error) {
 	results, err := ReadResults(a.cfg.PodsDir())
 	if err != nil {
-		return nil, fmt.Errorf("reading previous pod results: %w", err)
+		return nil, nil, fmt.Errorf("reading previous pod results: %w", err)
 	}
 	var keys []devicemanager.ContainerKey
+	var held []checkpoint.PodDevicesEntry
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for uid, r := range results {
@@ -216,9 +221,13 @@ func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, error) {
 			if !c.Init || c.Sidecar {
 				keys = append(keys, devicemanager.ContainerKey{PodUID: string(uid), ContainerName: c.Name})
 			}
+			for _, al := range c.Allocations {
+				held = append(held, checkpoint.PodDevicesEntry{PodUID: string(uid), ContainerName: c.Name,
+					ResourceName: al.Resource, DeviceIDs: al.DeviceIDs, AllocResp: al.AllocResp})
+			}
 		}
 	}
-	return keys, nil
+	return keys, held, nil
 }
 
 // activePods lists the pods of the source that were not rejected.

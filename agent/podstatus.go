@@ -1,17 +1,22 @@
 package agent
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -29,12 +34,15 @@ const ReasonUnexpectedAdmissionError = "UnexpectedAdmissionError"
 // PodResult is what the agent writes to <root-dir>/pods/<namespace>_<name>_<uid>.json for each
 // pod: the admission outcome and, per container, the device run options and device health.
 type PodResult struct {
-	Namespace  string            `json:"namespace"`
-	Name       string            `json:"name"`
-	UID        types.UID         `json:"uid"`
-	Phase      string            `json:"phase"`
-	Reason     string            `json:"reason,omitempty"`
-	Message    string            `json:"message,omitempty"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	Phase     string    `json:"phase"`
+	Reason    string    `json:"reason,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	// Warning says what kdm kept from an earlier admission instead of following the source,
+	// such as a device request edited under a running pod.
+	Warning    string            `json:"warning,omitempty"`
 	Updated    time.Time         `json:"updated"`
 	Containers []ContainerResult `json:"containers,omitempty"`
 }
@@ -46,11 +54,69 @@ type ContainerResult struct {
 	Sidecar                  bool                               `json:"sidecar,omitempty"`
 	RunOptions               *devicemanager.RunContainerOptions `json:"runOptions,omitempty"`
 	AllocatedResourcesStatus []v1.ResourceStatus                `json:"allocatedResourcesStatus,omitempty"`
+	// Requests are the container's device requests (extended-resource limits) as admitted.
+	Requests map[string]int64 `json:"requests,omitempty"`
+	// Allocations are the container's devices as the checkpoint holds them: kdm's second copy,
+	// from which assignments are restored when the checkpoint is lost.
+	Allocations []Allocation `json:"allocations,omitempty"`
 }
 
-// resultPath names a pod's result file.
+// Allocation is one resource's devices of one container, with the NUMA nodes recorded at
+// allocation time and the plugin's Allocate response (protobuf bytes) exactly as
+// checkpointed.
+type Allocation struct {
+	Resource  string                    `json:"resource"`
+	DeviceIDs checkpoint.DevicesPerNUMA `json:"deviceIDs"`
+	AllocResp []byte                    `json:"allocResp,omitempty"`
+}
+
+// Devices returns the container's device IDs per resource, sorted, each listed once.
+func (c ContainerResult) Devices() map[string][]string {
+	out := map[string][]string{}
+	for _, a := range c.Allocations {
+		seen := map[string]bool{}
+		for _, ids := range a.DeviceIDs {
+			for _, id := range ids {
+				if !seen[id] {
+					seen[id] = true
+					out[a.Resource] = append(out[a.Resource], id)
+				}
+			}
+		}
+		sort.Strings(out[a.Resource])
+	}
+	return out
+}
+
+// resultPath names a pod's result file inside dir: <namespace>_<name>_<uid>.json when every
+// part is made of letters, digits, '.', '-' and '_' and the name fits a file name, and
+// pod-<sha256 of the three>.json otherwise. The result is always a single file name below dir,
+// whatever the pod's metadata holds.
 func resultPath(dir string, pod *v1.Pod) string {
-	return filepath.Join(dir, fmt.Sprintf("%s_%s_%s.json", pod.Namespace, pod.Name, pod.UID))
+	name := fmt.Sprintf("%s_%s_%s.json", pod.Namespace, pod.Name, pod.UID)
+	if !safeFileName(name) || pod.Namespace == "" || pod.Name == "" || pod.UID == "" {
+		sum := sha256.Sum256([]byte(pod.Namespace + "\x00" + pod.Name + "\x00" + string(pod.UID)))
+		name = fmt.Sprintf("pod-%x.json", sum[:16])
+	}
+	return filepath.Join(dir, name)
+}
+
+// maxFileName is the longest file name the common Linux file systems take.
+const maxFileName = 255
+
+// safeFileName reports whether name is a plain, visible file name of portable characters.
+func safeFileName(name string) bool {
+	if len(name) > maxFileName || strings.HasPrefix(name, ".") {
+		return false
+	}
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+		default:
+			return false
+		}
+	}
+	return filepath.IsLocal(name) && filepath.Base(name) == name
 }
 
 // writeResult writes the result atomically (temp file, fsync, rename).
@@ -92,10 +158,10 @@ func ReadResults(dir string) (map[types.UID]*PodResult, error) {
 	}
 	out := map[types.UID]*PodResult{}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
+		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") || !e.Type().IsRegular() {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		data, err := readBounded(filepath.Join(dir, e.Name()), maxResultSize)
 		if err != nil {
 			continue
 		}
@@ -105,6 +171,37 @@ func ReadResults(dir string) (map[types.UID]*PodResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// maxResultSize bounds what ReadResults reads of one file; kdm writes a few KiB per pod.
+const maxResultSize = 4 << 20
+
+// readBounded reads a regular file of at most limit bytes. It opens without following a
+// symbolic link at the last component and never blocks on a FIFO or a device.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d allowed", path, fi.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s grew past the %d bytes allowed while being read", path, limit)
+	}
+	return data, nil
 }
 
 // cleanStaleTemps removes result temp files left by a crash.
@@ -120,4 +217,36 @@ func podOf(r *PodResult) *v1.Pod {
 	p := &v1.Pod{}
 	p.Namespace, p.Name, p.UID = r.Namespace, r.Name, r.UID
 	return p
+}
+
+// deviceRequests lists the container's extended-resource limits: what it asks of device
+// plugins.
+func deviceRequests(c *v1.Container) map[string]int64 {
+	var out map[string]int64
+	for name, q := range c.Resources.Limits {
+		if !isExtendedResource(name) {
+			continue
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[string(name)] = q.Value()
+	}
+	return out
+}
+
+// isExtendedResource reports whether name is domain-qualified outside kubernetes.io, the
+// only resources device plugins serve.
+func isExtendedResource(name v1.ResourceName) bool {
+	s := string(name)
+	return strings.Contains(s, "/") && !strings.Contains(s, "kubernetes.io/") && !strings.HasPrefix(s, "requests.")
+}
+
+// allocationsOf converts checkpoint entries to the result's form.
+func allocationsOf(entries []checkpoint.PodDevicesEntry) []Allocation {
+	var out []Allocation
+	for _, e := range entries {
+		out = append(out, Allocation{Resource: e.ResourceName, DeviceIDs: e.DeviceIDs, AllocResp: e.AllocResp})
+	}
+	return out
 }
