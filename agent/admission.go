@@ -31,7 +31,8 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 	}
 	// The first listing's pods are admitted before the sources count as ready: pods that ran
 	// before a restart keep their devices (the manager's bypass) only while they are not.
-	for _, done := range a.syncManifests(ctx) {
+	src := newManifestSource(dir)
+	for _, done := range a.syncManifests(ctx, src) {
 		select {
 		case <-done:
 		case <-ctx.Done():
@@ -46,23 +47,26 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 		case <-ctx.Done():
 			return nil
 		case <-w.Events:
-			_ = a.syncManifests(ctx)
+			_ = a.syncManifests(ctx, src)
 		case err := <-w.Errors:
 			a.log.Error(err, "Pod manifest watch error", "path", dir)
 		case <-t.C:
-			_ = a.syncManifests(ctx)
+			_ = a.syncManifests(ctx, src)
 		}
 	}
 }
 
-// syncManifests admits pods that appeared and releases pods that disappeared. It returns a
-// channel per started admission, closed when that admission is over.
-func (a *Agent) syncManifests(ctx context.Context) []<-chan struct{} {
-	current, errs := readManifests(a.cfg.PodManifestPath)
-	for _, err := range errs {
-		a.log.Error(err, "Skipped pod manifest")
+// syncManifests admits pods that appeared and releases pods whose file is gone or now holds
+// another pod. A file that cannot be read changes nothing: the pod of its last good version
+// stays. Problems are logged once per version of a file. It returns a channel per started
+// admission, closed when that admission is over.
+func (a *Agent) syncManifests(ctx context.Context, src *manifestSource) []<-chan struct{} {
+	current, problems, err := src.scan()
+	for _, p := range problems {
+		a.log.Error(p, "Skipped pod manifest; the pod of its last readable version, if any, stays")
 	}
-	if current == nil {
+	if err != nil {
+		a.log.Error(err, "Failed to list pod manifests; nothing changes", "path", src.dir)
 		return nil
 	}
 	// Removed pods release their devices before new pods are admitted.
@@ -72,8 +76,8 @@ func (a *Agent) syncManifests(ctx context.Context) []<-chan struct{} {
 		}
 	}
 	var started []<-chan struct{}
-	for _, pod := range sortedPods(current) {
-		if done, ok := a.track(ctx, sourceManifests, pod); ok {
+	for _, mp := range sortedPods(current) {
+		if done, ok := a.trackManifest(ctx, mp); ok {
 			started = append(started, done)
 		}
 	}
@@ -101,8 +105,35 @@ func (a *Agent) dropStaleResults() {
 }
 
 // track adds the pod to the agent's pods and starts its admission. It returns a channel closed
-// when that admission is over, or false if the pod is already tracked.
+// when that admission is over, or false if no admission started.
+//
+// A tracked pod is never re-admitted: if the source's version asks for other devices than the
+// tracked one, the tracked pod stays and its result carries a warning (logged once). A pod
+// rejected as invalid whose source changed is evaluated again. A pod that was admitted before
+// a restart with other device requests than its spec now names is admitted with the requests
+// it was admitted with, and a warning: a running container's devices do not change.
 func (a *Agent) track(ctx context.Context, source string, pod *v1.Pod) (<-chan struct{}, bool) {
+	a.mu.Lock()
+	tracked, ok := a.pods[pod.UID]
+	prev := a.results[pod.UID]
+	a.mu.Unlock()
+	if ok {
+		if tracked == pod {
+			return nil, false
+		}
+		if prev == nil || prev.Reason != ReasonInvalidPod {
+			a.noteKept(tracked, requestsWarning(admittedRequestsOf(tracked), pod))
+			return nil, false
+		}
+		a.untrack(pod.UID) // rejected as invalid; its new version is a new admission
+		prev = nil
+	}
+	return a.startTracking(ctx, source, a.keepAdmittedRequests(pod, prev))
+}
+
+// startTracking adds an untracked pod to the agent's pods and starts its admission, as track
+// does once it has settled which version of the pod to admit.
+func (a *Agent) startTracking(ctx context.Context, source string, pod *v1.Pod) (<-chan struct{}, bool) {
 	a.mu.Lock()
 	if _, ok := a.pods[pod.UID]; ok {
 		a.mu.Unlock()
@@ -184,10 +215,14 @@ func (a *Agent) cancelAdmissions() {
 // A failure rejects the pod with the kubelet's reason and message.
 func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 	log := a.log.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
-	result := &PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: PhaseAdmitted}
+	result := &PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: PhaseAdmitted,
+		Warning: pod.Annotations[keptRequestsAnnotation]}
 	for _, c := range allContainers(pod) {
 		if err := a.manager.Allocate(ctx, pod, c.container); err != nil {
-			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			if ctx.Err() != nil {
+				// The pod went away or the agent is stopping: whatever the plugin
+				// answered (a Canceled status, say), this is no rejection. The manager
+				// recorded nothing for the failed call.
 				log.V(2).Info("Admission abandoned", "err", err)
 				return
 			}
@@ -207,7 +242,13 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 		}
 		result.Containers = append(result.Containers, ContainerResult{
 			Name: c.container.Name, Init: c.init, Sidecar: c.sidecar, RunOptions: opts,
+			Requests:    deviceRequests(c.container),
+			Allocations: allocationsOf(a.manager.GetContainerAllocations(string(pod.UID), c.container.Name)),
 		})
+	}
+	if ctx.Err() != nil {
+		log.V(2).Info("Admission abandoned", "err", ctx.Err())
+		return
 	}
 	a.fillHealth(pod, result)
 	log.Info("Pod admitted")
@@ -215,16 +256,20 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 }
 
 // release forgets a removed pod: its devices return to the pool and its result file goes.
+//
+// The devices are released, and the checkpoint written, before the result file goes: a crash
+// in between leaves a result for a pod that no longer holds devices, which the next start
+// drops, never a checkpoint entry that no result explains.
 func (a *Agent) release(pod *v1.Pod) {
 	a.recordMu.Lock()
+	defer a.recordMu.Unlock()
 	a.mu.Lock()
 	delete(a.results, pod.UID)
 	a.mu.Unlock()
+	a.manager.UpdateAllocatedDevices()
 	if err := os.Remove(resultPath(a.cfg.PodsDir(), pod)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		a.log.Error(err, "Failed to remove pod result", "pod", klog.KObj(pod))
 	}
-	a.recordMu.Unlock()
-	a.manager.UpdateAllocatedDevices()
 	a.log.Info("Pod removed; devices released", "pod", klog.KObj(pod), "podUID", pod.UID)
 }
 

@@ -1,64 +1,344 @@
 package agent
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 )
 
-// manifestPod is a pod read from the manifest directory, with the file it came from.
+// MaxManifestSize is the largest pod manifest kdm reads. A bigger file is skipped and counts as
+// unreadable: the pod of its last good version stays.
+const MaxManifestSize = 10 << 20
+
+// manifestSettle is how long after its last modification a file's stat is not trusted to
+// reveal a further change: a file written twice within one timestamp tick keeps its size and
+// times. Such a file is read again on the next pass; its content hash avoids a re-parse.
+const manifestSettle = 2 * time.Second
+
+// manifestPod is a pod read from the manifest directory, with the file it came from. A pod
+// that failed validation carries the reason in invalid; if its own UID was unusable, its UID
+// is a key derived from the file's name and content.
 type manifestPod struct {
-	pod  *v1.Pod
-	path string
+	pod     *v1.Pod
+	path    string
+	invalid error
 }
 
-// readManifests reads every manifest in dir. Files starting with "." and files with other
-// extensions than .yaml, .yml and .json are ignored, as the kubelet does for its static pod
-// path. A bad file is reported and skipped; the others are still returned.
-func readManifests(dir string) (map[types.UID]manifestPod, []error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, []error{fmt.Errorf("reading pod manifest directory: %w", err)}
+// manifestSource reads the manifest directory and remembers, per file, the last version that
+// could be read: a file that is empty, partially written, unparseable, too large or not a
+// regular file changes nothing, so its pod keeps running. A pod goes away only when its file
+// does, or when the file holds another pod (another UID).
+//
+// A file is read again only when its size, modification or change time, device or inode
+// changed; each problem is reported once per version of the file. A manifestSource is owned by
+// one goroutine and is not safe for concurrent use.
+type manifestSource struct {
+	dir   string
+	files map[string]*manifestFile // by file name
+	owner map[types.UID]string     // which file supplied each UID in the last scan
+	now   func() time.Time         // for the settle check; time.Now outside tests
+	read  func(path string, limit int64) ([]byte, os.FileInfo, error)
+	seen  map[string]map[string]bool // problems reported per file, reset when the file changes
+}
+
+// manifestFile is what the source knows of one file.
+type manifestFile struct {
+	stat    fileStamp
+	settled bool         // stat is trusted: the file was read whole and is past manifestSettle
+	hash    [32]byte     // of the content last read
+	read    bool         // hash is set
+	last    *manifestPod // the last good version: a pod, valid or not
+	// lastHash is the hash of last's content.
+	lastHash [32]byte
+}
+
+// fileStamp identifies one version of a file by its metadata.
+type fileStamp struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime syscall.Timespec
+}
+
+// changedAt is the later of the modification and change times: when the file's content or
+// metadata last changed, even if its modification time was set back (cp -p, touch -d).
+func (s fileStamp) changedAt() time.Time {
+	m, c := time.Unix(s.mtime.Unix()), time.Unix(s.ctime.Unix())
+	if c.After(m) {
+		return c
 	}
-	pods := map[types.UID]manifestPod{}
-	var errs []error
+	return m
+}
+
+func stampOf(fi os.FileInfo) fileStamp {
+	s := fileStamp{size: fi.Size()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.dev, s.ino = uint64(st.Dev), st.Ino
+		s.mtime, s.ctime = st.Mtim, st.Ctim
+	} else {
+		s.mtime = syscall.NsecToTimespec(fi.ModTime().UnixNano())
+	}
+	return s
+}
+
+func newManifestSource(dir string) *manifestSource {
+	return &manifestSource{dir: dir, files: map[string]*manifestFile{}, owner: map[types.UID]string{},
+		seen: map[string]map[string]bool{}, now: time.Now, read: readManifestFile}
+}
+
+// readManifests reads every manifest in dir once, as a fresh source's first scan does.
+func readManifests(dir string) (map[types.UID]manifestPod, []error) {
+	pods, problems, err := newManifestSource(dir).scan()
+	if err != nil {
+		return nil, append(problems, err)
+	}
+	return pods, problems
+}
+
+// isManifestName reports whether a directory entry is a manifest by its name: files starting
+// with "." and extensions other than .yaml, .yml and .json are ignored, as the kubelet does for
+// its static pod path.
+func isManifestName(name string) bool {
+	ext := strings.ToLower(filepath.Ext(name))
+	return !strings.HasPrefix(name, ".") && (ext == ".yaml" || ext == ".yml" || ext == ".json")
+}
+
+// scan lists the directory and returns the current pods by UID: for every manifest file, its
+// last good version. problems are the issues not reported before (each names its file); err is
+// set when the directory itself cannot be listed, and then nothing is returned.
+func (s *manifestSource) scan() (map[types.UID]manifestPod, []error, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading pod manifest directory %s: %w", s.dir, err)
+	}
+	var problems []error
+	listed := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
-		ext := strings.ToLower(filepath.Ext(name))
-		if e.IsDir() || strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
+		if !isManifestName(name) {
 			continue
 		}
-		path := filepath.Join(dir, name)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reading pod manifest %s: %w", path, err))
+		gone, problem := s.refresh(name)
+		if gone {
 			continue
 		}
-		pod, err := decodeManifest(data)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("pod manifest %s: %w", path, err))
-			continue
+		listed[name] = true
+		if problem != nil && s.firstReport(name, problem) {
+			problems = append(problems, problem)
 		}
-		if prev, dup := pods[pod.UID]; dup {
-			errs = append(errs, fmt.Errorf("pod manifest %s: same pod UID %s as %s; ignored", path, pod.UID, prev.path))
-			continue
-		}
-		pods[pod.UID] = manifestPod{pod: pod, path: path}
 	}
-	return pods, errs
+	for name := range s.files {
+		if !listed[name] {
+			delete(s.files, name)
+			delete(s.seen, name)
+		}
+	}
+	pods, dups := s.current()
+	for _, d := range dups {
+		if s.firstReport(filepath.Base(d.path), d.err) {
+			problems = append(problems, d.err)
+		}
+	}
+	return pods, problems, nil
+}
+
+// refresh brings one file's entry up to date. gone is true when the file no longer exists (a
+// dangling symbolic link counts as gone). problem says why the current version could not be
+// used; the last good version then stays.
+func (s *manifestSource) refresh(name string) (gone bool, problem error) {
+	path := filepath.Join(s.dir, name)
+	f := s.files[name]
+	if f == nil {
+		f = &manifestFile{}
+		s.files[name] = f
+	}
+	fi, err := os.Stat(path) // follows symbolic links
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		delete(s.files, name)
+		delete(s.seen, name)
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("pod manifest %s: %w", path, err)
+	case !fi.Mode().IsRegular():
+		s.changed(name, f, stampOf(fi))
+		return false, fmt.Errorf("pod manifest %s is not a regular file (%s); skipped", path, modeName(fi.Mode()))
+	}
+	stamp := stampOf(fi)
+	if f.settled && f.stat == stamp {
+		return false, nil
+	}
+	s.changed(name, f, stamp)
+	if fi.Size() > MaxManifestSize {
+		return false, fmt.Errorf("pod manifest %s is %d bytes, more than the %d allowed; skipped", path, fi.Size(), MaxManifestSize)
+	}
+	data, ofi, err := s.read(path, MaxManifestSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		delete(s.files, name)
+		delete(s.seen, name)
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pod manifest %s: %w", path, err)
+	}
+	stamp = stampOf(ofi)
+	s.changed(name, f, stamp)
+	f.settled = int64(len(data)) == ofi.Size() && s.now().Sub(stamp.changedAt()) >= manifestSettle
+	hash := sha256.Sum256(data)
+	if f.read && f.hash == hash {
+		return false, nil // this content was handled, and any problem with it reported
+	}
+	f.hash, f.read = hash, true
+	if f.last != nil && f.lastHash == hash {
+		return false, nil // back to the last good version, after an empty or partial one
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return false, fmt.Errorf("pod manifest %s is empty; skipped", path)
+	}
+	pod, err := decodeManifest(data)
+	if err != nil {
+		return false, fmt.Errorf("pod manifest %s: %w", path, err)
+	}
+	mp := &manifestPod{pod: pod, path: path}
+	if verr := validatePod(pod); verr != nil {
+		mp.invalid = verr
+		if checkUID(string(pod.UID)) != "" {
+			// The pod's own UID cannot key it; the file's name and content can.
+			p := *pod
+			sum := sha256.Sum256(append([]byte(name+"\x00"), data...))
+			p.UID = types.UID(fmt.Sprintf("invalid-%x", sum[:16]))
+			mp.pod = &p
+		}
+	}
+	f.last, f.lastHash = mp, hash
+	return false, nil
+}
+
+// changed forgets the problems reported for a file whose stamp moved: its next problem is
+// news.
+func (s *manifestSource) changed(name string, f *manifestFile, stamp fileStamp) {
+	if f.stat != stamp {
+		f.stat, f.settled = stamp, false
+		delete(s.seen, name)
+	}
+}
+
+// firstReport records that problem was reported for the file's current version and says
+// whether it was the first time.
+func (s *manifestSource) firstReport(name string, problem error) bool {
+	msg := problem.Error()
+	if s.seen[name][msg] {
+		return false
+	}
+	if s.seen[name] == nil {
+		s.seen[name] = map[string]bool{}
+	}
+	s.seen[name][msg] = true
+	return true
+}
+
+type duplicate struct {
+	path string
+	err  error
+}
+
+// current assembles the pods of the files' last good versions. When two files hold the same
+// UID, the file that held it before keeps it; otherwise the first by name does.
+func (s *manifestSource) current() (map[types.UID]manifestPod, []duplicate) {
+	names := make([]string, 0, len(s.files))
+	for name, f := range s.files {
+		if f.last != nil {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	owner := map[types.UID]string{}
+	for _, name := range names {
+		uid := s.files[name].last.pod.UID
+		if cur, taken := owner[uid]; !taken || (s.owner[uid] == name && cur != name) {
+			owner[uid] = name
+		}
+	}
+	pods := map[types.UID]manifestPod{}
+	var dups []duplicate
+	for _, name := range names {
+		mp := s.files[name].last
+		if owner[mp.pod.UID] != name {
+			winner := filepath.Join(s.dir, owner[mp.pod.UID])
+			dups = append(dups, duplicate{path: mp.path,
+				err: fmt.Errorf("pod manifest %s: same pod UID %s as %s; ignored", mp.path, mp.pod.UID, winner)})
+			continue
+		}
+		pods[mp.pod.UID] = *mp
+	}
+	s.owner = owner
+	return pods, dups
+}
+
+// readManifestFile reads a regular file of at most limit bytes, following symbolic links. It
+// opens without blocking (a FIFO swapped in after the caller's stat cannot hang it) and checks
+// the opened file's own mode before reading anything. It returns the data and the opened
+// file's metadata.
+func readManifestFile(path string, limit int64) ([]byte, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("not a regular file (%s); skipped", modeName(fi.Mode()))
+	}
+	if fi.Size() > limit {
+		return nil, nil, fmt.Errorf("%d bytes, more than the %d allowed; skipped", fi.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, nil, fmt.Errorf("grew past the %d bytes allowed while being read; skipped", limit)
+	}
+	return data, fi, nil
+}
+
+// modeName names a file type for messages.
+func modeName(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	case t&fs.ModeDevice != 0:
+		return "a block device"
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	default:
+		return t.String()
+	}
 }
 
 // decodeManifest parses one pod (YAML or JSON). The namespace defaults to "default"; a pod
 // without a UID gets one derived from its content, so an edited manifest is a new pod, as
-// with the kubelet's static pods.
+// with the kubelet's static pods. It checks only what makes the data a pod at all; validatePod
+// checks the rest.
 func decodeManifest(data []byte) (*v1.Pod, error) {
 	pod := &v1.Pod{}
 	if err := yaml.UnmarshalStrict(data, pod); err != nil {
@@ -84,13 +364,13 @@ func decodeManifest(data []byte) (*v1.Pod, error) {
 }
 
 // sortedPods returns the pods ordered by namespace, name and UID.
-func sortedPods(pods map[types.UID]manifestPod) []*v1.Pod {
-	out := make([]*v1.Pod, 0, len(pods))
+func sortedPods(pods map[types.UID]manifestPod) []manifestPod {
+	out := make([]manifestPod, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, p.pod)
+		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
+		a, b := out[i].pod, out[j].pod
 		if a.Namespace != b.Namespace {
 			return a.Namespace < b.Namespace
 		}
