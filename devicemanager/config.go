@@ -62,7 +62,9 @@ type Config struct {
 	// store). Nil means no hint: every device counts as "no affinity".
 	TopologyAffinity AffinityStore
 
-	// NUMANodes are the machine's NUMA node IDs, used to bound topology hints.
+	// NUMANodes are the machine's NUMA node IDs, used to bound topology hints. A node a device
+	// reports that is not listed here is ignored, as the kubelet ignores nodes unknown to
+	// cadvisor; with none listed, a resource whose devices have topology gets an empty hint list.
 	NUMANodes []int
 
 	// Policy selects kdm's improvements over the kubelet. The zero value is kubelet-1.36 behaviour.

@@ -74,14 +74,16 @@ func (m *ManagerImpl) hintsLocked(requests map[string]int, held, reusable func(s
 	return hints
 }
 
-// deviceNUMANodesLocked is the sorted union of the NUMA nodes of every device of the resource,
-// limited to the machine's nodes when those are known; the machine's nodes when it is empty.
+// deviceNUMANodesLocked is the sorted union of the NUMA nodes of every device of the resource
+// that the machine knows (cfg.NUMANodes); the machine's nodes when that is empty. As in the
+// kubelet, a node the machine does not list is dropped, so with no machine nodes configured
+// the result is empty even when devices report nodes.
 func (m *ManagerImpl) deviceNUMANodesLocked(res string) []int {
 	machine := sets.New(m.cfg.NUMANodes...)
 	nodes := sets.New[int]()
 	for id := range m.allDevices[res] {
 		for _, n := range m.deviceNodesLocked(res, id) {
-			if machine.Len() > 0 && !machine.Has(n) {
+			if !machine.Has(n) {
 				m.log.V(4).Info("Ignored NUMA node unknown to the machine", "resourceName", res, "numaNode", n)
 				continue
 			}
@@ -94,13 +96,16 @@ func (m *ManagerImpl) deviceNUMANodesLocked(res string) []int {
 	return sets.List(nodes)
 }
 
-// generateHintsLocked enumerates every non-empty subset of the device-bearing NUMA nodes and
-// keeps those from which the request can be met (reusable devices with topology must all touch
-// the subset). Hints of the smallest size that could hold the request over all devices are
-// preferred.
+// generateHintsLocked enumerates every non-empty subset of the device-bearing NUMA nodes, by
+// size and then in lexicographic order of their nodes (the kubelet's order), and keeps those
+// from which the request can be met. A reusable device with topology must touch the subset
+// and counts towards the request; a reusable device without topology (or no longer reported)
+// is neither checked nor counted, as in the kubelet. Hints of the smallest size that could
+// hold the request over all devices are preferred. With no nodes at all the list is empty;
+// beyond 62 nodes it is nil (no preference) rather than an enumeration of 2^n subsets.
 func (m *ManagerImpl) generateHintsLocked(res string, available, reusable sets.Set[string], request int) []TopologyHint {
 	nodes := m.deviceNUMANodesLocked(res)
-	if len(nodes) == 0 || len(nodes) > 62 {
+	if len(nodes) > 62 {
 		return nil
 	}
 	touches := func(id string, mask uint64) bool {
@@ -114,7 +119,7 @@ func (m *ManagerImpl) generateHintsLocked(res string, available, reusable sets.S
 	minSize := len(nodes)
 	hints := []TopologyHint{}
 	var masks []uint64
-	for mask := uint64(1); mask < 1<<uint(len(nodes)); mask++ {
+	forEachSubset(len(nodes), func(mask uint64) {
 		size := bits.OnesCount64(mask)
 		total := 0
 		for id := range m.allDevices[res] {
@@ -125,18 +130,15 @@ func (m *ManagerImpl) generateHintsLocked(res string, available, reusable sets.S
 		if total >= request && size < minSize {
 			minSize = size
 		}
-		matching, ok := 0, true
+		matching := 0
 		for id := range reusable {
-			if d, known := m.allDevices[res][id]; known && d.Topology != nil {
-				if !touches(id, mask) {
-					ok = false
-					break
-				}
+			if d, known := m.allDevices[res][id]; !known || d.Topology == nil {
+				continue
+			}
+			if !touches(id, mask) {
+				return
 			}
 			matching++
-		}
-		if !ok {
-			continue
 		}
 		for id := range available {
 			if touches(id, mask) {
@@ -146,7 +148,7 @@ func (m *ManagerImpl) generateHintsLocked(res string, available, reusable sets.S
 		if matching >= request {
 			masks = append(masks, mask)
 		}
-	}
+	})
 	for _, mask := range masks {
 		var ns []int
 		for i, n := range nodes {
@@ -157,6 +159,25 @@ func (m *ManagerImpl) generateHintsLocked(res string, available, reusable sets.S
 		hints = append(hints, TopologyHint{NUMANodes: ns, Preferred: bits.OnesCount64(mask) == minSize})
 	}
 	return hints
+}
+
+// forEachSubset calls fn with every non-empty subset of n elements (n <= 62) as a bit mask:
+// subsets of one element first, then of two, and so on; within one size in lexicographic
+// order of the element indexes ({0,1} {0,2} {1,2} for n = 3).
+func forEachSubset(n int, fn func(mask uint64)) {
+	var walk func(from, left int, mask uint64)
+	walk = func(from, left int, mask uint64) {
+		if left == 0 {
+			fn(mask)
+			return
+		}
+		for i := from; i <= n-left; i++ {
+			walk(i+1, left-1, mask|1<<uint(i))
+		}
+	}
+	for size := 1; size <= n; size++ {
+		walk(0, size, 0)
+	}
 }
 
 // podDeviceRequests computes the pod's effective limit per resource: the larger of the peak

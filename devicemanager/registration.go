@@ -99,12 +99,17 @@ func (s *registrationServer) logError(log klog.Logger, key string, err error, ms
 	log.Error(err, msg)
 }
 
-// registerStatus gives kdm's own refusals a gRPC code; the kubelet's errors keep theirs.
+// registerStatus is the status a Register whose connection to the plugin failed sends back.
+// The kubelet returns plain Go errors from Register, which gRPC sends as codes.Unknown with the
+// error's text; so does kdm, whatever gRPC status or context error the error wraps (left as is,
+// gRPC would lift an inner Unimplemented or DeadlineExceeded to the top). kdm's own refusal of
+// a socket that serves another resource is codes.AlreadyExists. (The in-flight limiter's
+// codes.ResourceExhausted does not come through here.)
 func registerStatus(err error) error {
 	if errors.Is(err, ErrSocketInUse) {
 		return status.Error(codes.AlreadyExists, err.Error())
 	}
-	return err
+	return status.Error(codes.Unknown, err.Error())
 }
 
 // connect dials the plugin at path and makes it the resource's current instance. A previous

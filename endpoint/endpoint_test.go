@@ -212,7 +212,8 @@ func TestStop(t *testing.T) {
 	}
 }
 
-// Stop while an RPC is in flight: the call ends, and its error says the endpoint stopped.
+// Stop while an RPC is in flight: the call ends with gRPC's own error text (what the kubelet
+// reports when its connection closes under a call), and the error matches ErrStopped.
 func TestStopInterruptsRPC(t *testing.T) {
 	p := newStubPlugin()
 	entered := make(chan struct{})
@@ -237,6 +238,14 @@ func TestStopInterruptsRPC(t *testing.T) {
 	case err := <-errc:
 		if !errors.Is(err, ErrStopped) {
 			t.Errorf("interrupted Allocate: %v, want ErrStopped", err)
+		}
+		code := status.Code(err)
+		if err == nil || (code != codes.Canceled && code != codes.Unavailable) ||
+			!strings.HasPrefix(err.Error(), "rpc error: code = "+code.String()+" desc = ") {
+			t.Errorf("interrupted Allocate: %q (code %v), want gRPC's own Canceled or Unavailable error text", err, code)
+		}
+		if err != nil && strings.Contains(err.Error(), "stopped") {
+			t.Errorf("interrupted Allocate: %q carries a wrapper the kubelet does not give", err)
 		}
 	case <-time.After(waitLimit):
 		t.Fatal("Stop did not end the in-flight Allocate")

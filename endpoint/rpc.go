@@ -2,7 +2,6 @@ package endpoint
 
 import (
 	"context"
-	"fmt"
 	"math"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -11,7 +10,8 @@ import (
 // Allocate asks the plugin to prepare deviceIDs for one container: one AllocateRequest holding
 // exactly one ContainerAllocateRequest, as the kubelet sends per (container, resource). The
 // call runs under ctx and, when set, Config.AllocateTimeout. A stopped endpoint fails at once
-// with ErrStopped; other failures wrap the gRPC error (status.Code still works).
+// with ErrStopped; other failures return the gRPC error as is, which is the text the kubelet
+// gives (a call cut short by Stop also matches ErrStopped).
 func (e *Endpoint) Allocate(ctx context.Context, deviceIDs []string) (*pluginapi.AllocateResponse, error) {
 	if e.IsStopped() || e.client == nil {
 		return nil, e.errStopped()
@@ -22,7 +22,7 @@ func (e *Endpoint) Allocate(ctx context.Context, deviceIDs []string) (*pluginapi
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: deviceIDs}},
 	})
 	if err != nil {
-		return nil, e.rpcError("Allocate", err)
+		return nil, e.rpcError(err)
 	}
 	return resp, nil
 }
@@ -45,7 +45,7 @@ func (e *Endpoint) GetPreferredAllocation(ctx context.Context, available, mustIn
 		}},
 	})
 	if err != nil {
-		return nil, e.rpcError("GetPreferredAllocation", err)
+		return nil, e.rpcError(err)
 	}
 	return resp, nil
 }
@@ -61,20 +61,34 @@ func (e *Endpoint) PreStartContainer(ctx context.Context, deviceIDs []string) (*
 	defer cancel()
 	resp, err := e.client.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: deviceIDs})
 	if err != nil {
-		return nil, e.rpcError("PreStartContainer", err)
+		return nil, e.rpcError(err)
 	}
 	return resp, nil
 }
 
-// rpcError wraps a failed unary RPC with the method and resource. When the endpoint was
-// stopped while the call was in flight (Stop closes the connection), the error also matches
-// ErrStopped.
-func (e *Endpoint) rpcError(method string, err error) error {
+// rpcError returns a failed unary RPC's error as the kubelet does: gRPC's error itself, with
+// its text and status unchanged (the method and resource belong in the caller's log keys).
+// When the endpoint was stopped while the call was in flight (Stop closes the connection),
+// the error keeps that text and also matches ErrStopped.
+func (e *Endpoint) rpcError(err error) error {
 	if e.IsStopped() {
-		return fmt.Errorf("%w: %s rpc interrupted: %w", e.errStopped(), method, err)
+		return &interruptedError{err: err, stopped: e.errStopped()}
 	}
-	return fmt.Errorf("%s rpc to device plugin for %s failed: %w", method, e.resourceName, err)
+	return err
 }
+
+// interruptedError is an RPC that failed because Stop closed the connection under it. Its text
+// is the gRPC error's own, which is what the kubelet reports when its connection closes under
+// a call; it matches both the gRPC status (status.Code, errors.As) and ErrStopped (errors.Is).
+type interruptedError struct {
+	err     error // the gRPC error
+	stopped error // e.errStopped()
+}
+
+func (e *interruptedError) Error() string { return e.err.Error() }
+
+// Unwrap gives both causes, so that errors.Is and errors.As see through to either.
+func (e *interruptedError) Unwrap() []error { return []error{e.err, e.stopped} }
 
 // clampInt32 converts the allocation size for the wire, saturating instead of wrapping around
 // for values that do not fit (which no real request reaches).

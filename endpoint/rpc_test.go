@@ -93,7 +93,8 @@ func TestPreStartContainer(t *testing.T) {
 }
 
 // Each RPC's configured deadline ends a hung plugin call with DeadlineExceeded, and the
-// error names the resource.
+// error is gRPC's own, as the kubelet reports it (the kubelet's 1.35+ caller context gives the
+// same text).
 func TestRPCDeadlines(t *testing.T) {
 	const short = 200 * time.Millisecond
 	p := newStubPlugin()
@@ -129,8 +130,8 @@ func TestRPCDeadlines(t *testing.T) {
 			if status.Code(err) != codes.DeadlineExceeded {
 				t.Errorf("error %v: code %v, want DeadlineExceeded", err, status.Code(err))
 			}
-			if err != nil && !strings.Contains(err.Error(), "example.com/dev") {
-				t.Errorf("error %q does not name the resource", err)
+			if want := "rpc error: code = DeadlineExceeded desc = context deadline exceeded"; err == nil || err.Error() != want {
+				t.Errorf("error %q, want the kubelet's %q", err, want)
 			}
 			if errors.Is(err, ErrStopped) {
 				t.Errorf("a deadline is not a stop: %v", err)
@@ -148,5 +149,41 @@ func TestRPCErrorPassesStatusThrough(t *testing.T) {
 	_, err := e.Allocate(context.Background(), []string{"a"})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "device busy") {
 		t.Errorf("Allocate error = %v, want the plugin's ResourceExhausted", err)
+	}
+}
+
+// TestRPCErrorIsTheKubelets: a failing plugin call comes back as the gRPC error itself, the
+// text the kubelet gives, with no wrapper of kdm's (issue 13, item 1).
+func TestRPCErrorIsTheKubelets(t *testing.T) {
+	boom := errors.New("boom")
+	p := newStubPlugin()
+	p.onAllocate = func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+		return nil, boom
+	}
+	p.onPreferred = func(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+		return nil, boom
+	}
+	p.onPreStart = func(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+		return nil, boom
+	}
+	e := dialStub(t, p, Config{})
+	ctx := context.Background()
+	for name, call := range map[string]func() error{
+		"Allocate": func() error { _, err := e.Allocate(ctx, []string{"a"}); return err },
+		"GetPreferredAllocation": func() error {
+			_, err := e.GetPreferredAllocation(ctx, []string{"a"}, nil, 1)
+			return err
+		},
+		"PreStartContainer": func() error { _, err := e.PreStartContainer(ctx, []string{"a"}); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := call()
+			if want := "rpc error: code = Unknown desc = boom"; err == nil || err.Error() != want {
+				t.Errorf("error %q, want the kubelet's %q", err, want)
+			}
+			if status.Code(err) != codes.Unknown || errors.Is(err, ErrStopped) {
+				t.Errorf("error %v: code %v, stopped %v; want Unknown, not stopped", err, status.Code(err), errors.Is(err, ErrStopped))
+			}
+		})
 	}
 }
