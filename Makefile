@@ -9,7 +9,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench demo clean
+.PHONY: all build test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench demo clean crashloop
 
 all: build
 
@@ -57,6 +57,10 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## crashloop: the crash-loop e2e check, 100 seeded rounds per policy (KDM_CRASHLOOP_SEED replays a run).
+crashloop:
+	KDM_CRASHLOOP_ROUNDS=100 $(GO) test -race -count=1 -timeout 30m -run TestCrashLoop ./e2e/
 
 ## demo: the tour on an embedded default: manager, mock GPUs, sample pods, checkpoint, restart.
 demo:

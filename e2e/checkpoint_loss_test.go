@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,14 +236,9 @@ func (n *node) expectCheckpointHolds(want map[string][]string) {
 		}
 	}
 	for name, ids := range want {
-		uid := podUID(name)
+		uid := uidOf(name)
 		if g := sorted(got[uid]); !slices.Equal(g, ids) {
 			n.t.Fatalf("checkpoint assigns %s %v, want %v", name, g, ids)
 		}
 	}
-}
-
-// podUID is the UID writePod gives the named pod.
-func podUID(name string) string {
-	return fmt.Sprintf("00000000-0000-4000-8000-%012x", podNumber(name))
 }

@@ -123,9 +123,10 @@ func healthOf(p *agent.PodResult, id string) v1.ResourceHealthStatus {
 	return ""
 }
 
-// TestCrashLoop admits and deletes pods for 100 rounds while kdm is SIGKILLed at random
-// moments. After each restart the checkpoint decodes and no GPU is held by two pods.
-func TestCrashLoop(t *testing.T) {
+// TestKillDuringStartup admits and deletes pods for 100 rounds while kdm is SIGKILLed at random
+// moments of its start. After each kill the checkpoint decodes and no GPU is held by two pods.
+// TestCrashLoop (crashloop_test.go) is the systematic check across policies.
+func TestKillDuringStartup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash loop")
 	}

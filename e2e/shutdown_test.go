@@ -130,7 +130,7 @@ func TestShutdownWithStalledPodResourcesClients(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading pods/*.json after the stop: %v", err)
 	}
-	r := results[types.UID(podUID("steady"))]
+	r := results[types.UID(uidOf("steady"))]
 	if r == nil || r.Phase != agent.PhaseAdmitted || !slices.Equal(sorted(visible(r)), held) {
 		t.Fatalf("pods/*.json after the stop says %+v, want steady admitted with %v", r, held)
 	}
