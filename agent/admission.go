@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -29,12 +30,13 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
-	// The first listing's pods are admitted before the sources count as ready: pods that ran
-	// before a restart keep their devices (the manager's bypass) only while they are not.
+	// The sources count as ready once the first listing's pods that ran before a restart are
+	// admitted again (they keep their devices through the manager's bypass only until then), or
+	// wait for their plugin. New pods and waiting pods hold up nothing.
 	src := newManifestSource(dir)
-	for _, done := range a.syncManifests(ctx, src) {
+	for _, settled := range a.syncManifests(ctx, src) {
 		select {
-		case <-done:
+		case <-settled:
 		case <-ctx.Done():
 			return nil
 		}
@@ -47,6 +49,27 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 		case <-ctx.Done():
 			return nil
 		case <-w.Events:
+			// Files moved in together are admitted together, in order: wait for the
+			// burst of events to end (at most eventBurstMax) before reading.
+			quiet := time.NewTimer(eventQuiet)
+			limit := time.NewTimer(eventBurstMax)
+		drain:
+			for {
+				select {
+				case <-w.Events:
+					quiet.Reset(eventQuiet)
+				case <-quiet.C:
+					break drain
+				case <-limit.C:
+					break drain
+				case <-ctx.Done():
+					quiet.Stop()
+					limit.Stop()
+					return nil
+				}
+			}
+			quiet.Stop()
+			limit.Stop()
 			_ = a.syncManifests(ctx, src)
 		case err := <-w.Errors:
 			a.log.Error(err, "Pod manifest watch error", "path", dir)
@@ -58,8 +81,9 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 
 // syncManifests admits pods that appeared and releases pods whose file is gone or now holds
 // another pod. A file that cannot be read changes nothing: the pod of its last good version
-// stays. Problems are logged once per version of a file. It returns a channel per started
-// admission, closed when that admission is over.
+// stays. Problems are logged once per version of a file. Pods admitted by an earlier run go
+// first. It returns, for each of those, a channel closed once its admission is over or waits
+// for a device plugin.
 func (a *Agent) syncManifests(ctx context.Context, src *manifestSource) []<-chan struct{} {
 	current, problems, err := src.scan()
 	for _, p := range problems {
@@ -75,14 +99,26 @@ func (a *Agent) syncManifests(ctx context.Context, src *manifestSource) []<-chan
 			a.untrack(uid)
 		}
 	}
-	var started []<-chan struct{}
-	for _, mp := range sortedPods(current) {
-		if done, ok := a.trackManifest(ctx, mp); ok {
-			started = append(started, done)
+	var restarted []<-chan struct{}
+	ordered := sortedPods(current)
+	sort.SliceStable(ordered, func(i, j int) bool {
+		return a.admittedBefore(ordered[i].pod.UID) && !a.admittedBefore(ordered[j].pod.UID)
+	})
+	for _, mp := range ordered {
+		before := a.admittedBefore(mp.pod.UID)
+		if settled, ok := a.trackManifest(ctx, mp); ok && before {
+			restarted = append(restarted, settled)
 		}
 	}
-	return started
+	return restarted
 }
+
+// Manifest directory events are acted on once they pause for eventQuiet, or after
+// eventBurstMax.
+const (
+	eventQuiet    = 20 * time.Millisecond
+	eventBurstMax = 250 * time.Millisecond
+)
 
 // dropStaleResults forgets the results of pods that ran before a restart but are no longer in
 // the source: their manifests went away while the agent was down.
@@ -152,8 +188,8 @@ func (a *Agent) untrack(uid types.UID) {
 	pod, ok := a.pods[uid]
 	delete(a.pods, uid)
 	delete(a.podSource, uid)
-	if cancel := a.inflight[uid]; cancel != nil {
-		cancel()
+	if ad := a.inflight[uid]; ad != nil {
+		ad.cancel()
 	}
 	a.mu.Unlock()
 	if ok {
@@ -180,34 +216,42 @@ func (a *Agent) trackedUIDs(source string) []types.UID {
 	return out
 }
 
-// startAdmission admits the pod in its own goroutine, so that a pod whose admission waits
-// (deferred admission) does not hold up the others.
+// startAdmission admits the pod in its own goroutine, once the earlier admissions that ask
+// for any of its device resources are over (see queue.go). It returns a channel closed when the
+// admission is over or waits for a device plugin.
 func (a *Agent) startAdmission(ctx context.Context, pod *v1.Pod) <-chan struct{} {
-	done := make(chan struct{})
 	actx, cancel := context.WithCancel(ctx)
+	ad := &admission{cancel: cancel, done: make(chan struct{}), settled: make(chan struct{})}
 	a.mu.Lock()
-	a.inflight[pod.UID] = cancel
+	a.inflight[pod.UID] = ad
+	deps := a.queueLocked(pod, ad)
 	a.mu.Unlock()
 	a.admissions.Add(1)
 	go func() {
 		defer a.admissions.Done()
-		defer close(done)
 		defer func() {
 			a.mu.Lock()
-			delete(a.inflight, pod.UID)
+			if a.inflight[pod.UID] == ad {
+				delete(a.inflight, pod.UID)
+			}
+			a.dequeueLocked(pod, ad)
 			a.mu.Unlock()
 			cancel()
+			close(ad.done)
+			ad.settle()
 		}()
-		a.admit(actx, pod)
+		if waitForTurn(actx, deps) {
+			a.admit(actx, pod)
+		}
 	}()
-	return done
+	return ad.settled
 }
 
 func (a *Agent) cancelAdmissions() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, cancel := range a.inflight {
-		cancel()
+	for _, ad := range a.inflight {
+		ad.cancel()
 	}
 }
 

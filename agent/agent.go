@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -33,8 +34,11 @@ type Agent struct {
 	pods      map[types.UID]*v1.Pod    // the pod sources' current pods
 	podSource map[types.UID]string     // which source added each pod
 	results   map[types.UID]*PodResult // admission outcome per pod
-	inflight  map[types.UID]context.CancelFunc
-	ready     atomic.Bool // every source's first listing has been admitted
+	inflight  map[types.UID]*admission
+	// lastAdmission is, per device resource, the latest admission that asks for it: the next
+	// one waits for it (queue.go).
+	lastAdmission map[string]*admission
+	ready         atomic.Bool // every source's first listing has been admitted
 	// kube is the API server pod source, nil without a KubeClient. Recorded results requeue
 	// its pods so their status is published.
 	kube *kubePodSource
@@ -50,7 +54,11 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	var a *Agent // the manager reports deferred admissions to the agent built below
 	m, err := devicemanager.New(devicemanager.Config{
+		OnAdmissionDeferred: func(podUID, container, resource string) {
+			a.markPending(podUID, container, resource)
+		},
 		PluginDir:   cfg.DevicePluginDir,
 		GracePeriod: cfg.GracePeriod,
 		Endpoint:    cfg.Endpoint,
@@ -67,17 +75,25 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{
-		cfg:       cfg,
-		log:       cfg.Logger.WithName("agent"),
-		manager:   m,
-		pods:      map[types.UID]*v1.Pod{},
-		podSource: map[types.UID]string{},
-		results:   map[types.UID]*PodResult{},
-		inflight:  map[types.UID]context.CancelFunc{},
+	a = &Agent{
+		cfg:           cfg,
+		log:           cfg.Logger.WithName("agent"),
+		manager:       m,
+		pods:          map[types.UID]*v1.Pod{},
+		podSource:     map[types.UID]string{},
+		results:       map[types.UID]*PodResult{},
+		inflight:      map[types.UID]*admission{},
+		lastAdmission: map[string]*admission{},
 	}
 	if cfg.KubeClient != nil {
 		a.kube = newKubePodSource(a)
+	}
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kdm_admission_pending_pods",
+		Help: "Number of pods whose admission waits for a device plugin to register (deferred admission).",
+	}, func() float64 { return float64(a.pendingPods()) })
+	if err := cfg.Registry.Register(pending); err != nil {
+		return nil, fmt.Errorf("registering agent metrics: %w", err)
 	}
 	return a, nil
 }

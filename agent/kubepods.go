@@ -92,17 +92,21 @@ func (s *kubePodSource) run(ctx context.Context, sourceReady func()) error {
 		}
 		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
 	})
-	var initial []<-chan struct{}
-	for _, pod := range pods {
-		if isActive(pod) {
-			if done, ok := s.a.track(ctx, sourceAPI, pod); ok {
-				initial = append(initial, done)
-			}
+	// Pods admitted by an earlier run go first; the source is ready once their admissions
+	// are over or wait for a device plugin (see Agent.syncManifests).
+	var restarted []<-chan struct{}
+	for _, pod := range s.a.runningFirst(pods) {
+		if !isActive(pod) {
+			continue
+		}
+		before := s.a.admittedBefore(pod.UID)
+		if settled, ok := s.a.track(ctx, sourceAPI, pod); ok && before {
+			restarted = append(restarted, settled)
 		}
 	}
-	for _, done := range initial {
+	for _, settled := range restarted {
 		select {
-		case <-done:
+		case <-settled:
 		case <-ctx.Done():
 			return nil
 		}
@@ -200,6 +204,8 @@ func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *PodResult) 
 	switch {
 	case r.Phase == PhaseAdmitted && pod.Status.Phase != v1.PodRunning:
 		status = admittedStatus(pod)
+	case r.Phase == PhasePending && pod.Status.Phase == v1.PodPending && !hasWaitingCondition(pod, r):
+		status = pendingStatus(pod, r)
 	case r.Phase == PhaseRejected && pod.Status.Phase != v1.PodFailed:
 		// The kubelet's rejectPod: the QoS class is kept, everything else replaced.
 		status = &v1.PodStatus{
@@ -243,6 +249,34 @@ func (s *kubePodSource) warn(ctx context.Context, pod *v1.Pod, reason, message s
 	}
 }
 
+// pendingStatus is the status of a pod whose admission waits for a device plugin: still
+// Pending, with a PodReadyToStartContainers condition False that gives the reason, the
+// resource and the deadline.
+func pendingStatus(pod *v1.Pod, r *PodResult) *v1.PodStatus {
+	st := pod.Status.DeepCopy()
+	now := metav1.NewTime(time.Now())
+	cond := v1.PodCondition{Type: v1.PodReadyToStartContainers, Status: v1.ConditionFalse,
+		Reason: r.Reason, Message: r.Message, LastTransitionTime: now}
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == cond.Type {
+			st.Conditions[i] = cond
+			return st
+		}
+	}
+	st.Conditions = append(st.Conditions, cond)
+	return st
+}
+
+// hasWaitingCondition reports whether the pod's status already says what r says.
+func hasWaitingCondition(pod *v1.Pod, r *PodResult) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodReadyToStartContainers && c.Status == v1.ConditionFalse && c.Reason == r.Reason && c.Message == r.Message {
+			return true
+		}
+	}
+	return false
+}
+
 // admittedStatus is the status of a pod whose devices are allocated. kdm runs no containers:
 // the pod is reported Running and Ready; an embedder with a runtime reports its own states.
 func admittedStatus(pod *v1.Pod) *v1.PodStatus {
@@ -253,7 +287,7 @@ func admittedStatus(pod *v1.Pod) *v1.PodStatus {
 	if st.StartTime == nil {
 		st.StartTime = &now
 	}
-	for _, t := range []v1.PodConditionType{v1.PodInitialized, v1.ContainersReady, v1.PodReady} {
+	for _, t := range []v1.PodConditionType{v1.PodReadyToStartContainers, v1.PodInitialized, v1.ContainersReady, v1.PodReady} {
 		setPodCondition(st, t, now)
 	}
 	return st
@@ -264,6 +298,7 @@ func setPodCondition(st *v1.PodStatus, t v1.PodConditionType, now metav1.Time) {
 		if st.Conditions[i].Type == t {
 			if st.Conditions[i].Status != v1.ConditionTrue {
 				st.Conditions[i].Status = v1.ConditionTrue
+				st.Conditions[i].Reason, st.Conditions[i].Message = "", ""
 				st.Conditions[i].LastTransitionTime = now
 			}
 			return

@@ -371,6 +371,9 @@ func sortedPods(pods map[types.UID]manifestPod) []manifestPod {
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].pod, out[j].pod
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
 		if a.Namespace != b.Namespace {
 			return a.Namespace < b.Namespace
 		}

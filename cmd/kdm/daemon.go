@@ -74,6 +74,7 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	nodeName := fs.String("node-name", "", "the Node this agent stands for (default: the hostname)")
 	maxPods := fs.Int64("max-pods", 110, "with --kubeconfig: the Node's pods capacity, so that a scheduler may place pods on it")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "after SIGTERM or SIGINT, how long to wait for a clean stop before exiting with status 1 (0: wait as long as it takes); a second signal exits at once")
+	deferTimeout := fs.Duration("defer-admission-timeout", 0, "with --policy kdm: how long an admission waits for a device plugin that has not registered (yet), and how long after start a resource no plugin has registered is waited for (0: 2m)")
 	allocTimeout := fs.Duration("allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none under kubelet-1.36, 30s/10s under kdm)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -89,6 +90,13 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "kdm run: %v\n", err)
 		return 2
+	}
+	if *deferTimeout < 0 {
+		fmt.Fprintf(stderr, "kdm run: --defer-admission-timeout must not be negative: %v\n", *deferTimeout)
+		return 2
+	}
+	if *deferTimeout > 0 && pol.DeferAdmission {
+		pol.DeferAdmissionTimeout = *deferTimeout
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
