@@ -22,7 +22,7 @@ import (
 // TestMain stops it.
 var testCluster = &kubecluster.Shared{
 	ModuleDir: filepath.Join("..", "test", "kubebins"),
-	Nodes:     []string{"recreated", "removed-kubelet", "removed-kdm", "removed-elsewhere", "fresh", "api-pods"},
+	Nodes:     []string{"recreated", "removed-kubelet", "removed-kdm", "removed-elsewhere", "fresh", "api-pods", "api-pending"},
 }
 
 // devices is a DeviceCapacity whose answers the test sets.
