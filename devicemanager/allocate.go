@@ -95,6 +95,14 @@ func (m *ManagerImpl) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.
 		m.mu.Lock()
 		plugin := m.isDevicePluginResourceLocked(res)
 		m.mu.Unlock()
+		if !plugin && qty.Value() > 0 && isExtendedResourceName(res) {
+			served, err := m.awaitUnknownResource(ctx, pod, c.Name, res)
+			if err != nil {
+				release()
+				return err
+			}
+			plugin = served
+		}
 		if !plugin {
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
@@ -76,9 +77,14 @@ type ManagerImpl struct {
 	pods           podDevices
 	devicesToReuse map[string]map[string]sets.Set[string] // pod UID → resource → reusable IDs
 	recovered      map[string]sets.Set[string]            // devices restored from RecoveredAllocations, until the plugin's first list
+	startedAt      time.Time                              // when Start ran: opens the unknown-resource window of DeferAdmission
 	sources        Sources
 	running        sets.Set[ContainerKey]
 	deviceChange   chan struct{} // closed and replaced whenever endpoints or device sets change
+
+	// replaced holds, per resource, the replaced instances whose streams stay open, oldest
+	// first (see connect). Guarded by mu.
+	replaced map[string][]*endpoint.Endpoint
 
 	writeMu       sync.Mutex    // serialises checkpoint writes
 	writeRequests chan struct{} // capacity 1: a coalesced device-list write is wanted
@@ -165,6 +171,7 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 
 	m.mu.Lock()
 	m.sources = src
+	m.startedAt = m.cfg.Clock.Now()
 	for _, c := range src.RunningContainers {
 		m.running.Insert(c)
 	}

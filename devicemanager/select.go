@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -23,7 +24,7 @@ func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1
 	}
 	timer := m.cfg.Clock.NewTimer(m.cfg.Policy.DeferAdmissionTimeout)
 	defer timer.Stop()
-	notified := false
+	notified, wasStopped := false, false
 	m.log.Info("Deferring admission until the device plugin registers", "pod", klog.KObj(pod),
 		"containerName", container, "resourceName", res, "timeout", m.cfg.Policy.DeferAdmissionTimeout)
 
@@ -31,20 +32,122 @@ func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1
 		m.mu.Lock()
 		changed := m.deviceChange
 		waiting := m.awaitingPluginLocked(res)
+		graceLeft, stopped := m.graceLeftLocked(res)
 		m.mu.Unlock()
+		wasStopped = wasStopped || stopped
 		if !waiting {
-			return m.devicesToAllocate(ctx, pod, container, res, required, reusable)
+			ids, err := m.devicesToAllocate(ctx, pod, container, res, required, reusable)
+			if err != nil && wasStopped && m.gracePeriodOver(res) {
+				return nil, fmt.Errorf("%w (the device plugin did not register again within the %v grace period; the resource is removed)", err, m.cfg.GracePeriod)
+			}
+			return ids, err
 		}
 		if !notified && m.cfg.OnAdmissionDeferred != nil {
 			m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
 		}
 		notified = true
+		// The grace period ending removes the resource without any device change: wake up for
+		// it, so the pod is rejected at once rather than at the deferral timeout.
+		var graceEnd <-chan time.Time
+		stopGraceTimer := func() {}
+		if stopped {
+			t := m.cfg.Clock.NewTimer(graceLeft)
+			graceEnd, stopGraceTimer = t.C(), func() { t.Stop() }
+		}
+		select {
+		case <-changed:
+		case <-graceEnd:
+		case <-timer.C():
+			stopGraceTimer()
+			return nil, fmt.Errorf("%w (waited %v for the device plugin to register)", err, m.cfg.Policy.DeferAdmissionTimeout)
+		case <-ctx.Done():
+			stopGraceTimer()
+			return nil, fmt.Errorf("%w (stopped waiting for the device plugin: %w)", err, ctx.Err())
+		}
+		stopGraceTimer()
+	}
+}
+
+// gracePeriodOver reports whether the resource is gone: removed, or its plugin stopped
+// for longer than the grace period.
+func (m *ManagerImpl) gracePeriodOver(res string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	info, ok := m.endpoints[res]
+	return !ok || info.ep == nil || info.ep.GracePeriodExpired(m.cfg.GracePeriod)
+}
+
+// graceLeftLocked returns how long the resource's stopped endpoint has until its grace period
+// is over (just past it, since expiry is strict), and whether the endpoint is stopped at all.
+// Callers hold mu.
+func (m *ManagerImpl) graceLeftLocked(res string) (time.Duration, bool) {
+	info, ok := m.endpoints[res]
+	if !ok || info.ep == nil || !info.ep.IsStopped() {
+		return 0, false
+	}
+	left := m.cfg.GracePeriod - m.cfg.Clock.Since(info.ep.StopTime()) + time.Millisecond
+	if left < 0 {
+		left = 0
+	}
+	return left, true
+}
+
+// awaitUnknownResource decides what happens to a container asking for a resource no plugin
+// has registered (and no checkpoint names). The kubelet admits it without devices, relying on
+// the scheduler. With Policy.DeferAdmission, a manager that started less than
+// DeferAdmissionTimeout ago waits, until then, for a plugin to register the resource and send
+// its first list, since after a restart or reboot plugins come back in any order; it reports
+// true when the resource is served. Past the window, it admits as the kubelet does, with a
+// warning that names the resource. A container that was running before the restart never
+// waits: it keeps what it has (the restart bypass).
+func (m *ManagerImpl) awaitUnknownResource(ctx context.Context, pod *v1.Pod, container, res string) (bool, error) {
+	if !m.cfg.Policy.DeferAdmission {
+		return false, nil
+	}
+	m.mu.Lock()
+	deadline := m.startedAt.Add(m.cfg.Policy.DeferAdmissionTimeout)
+	// A container that ran before the restart keeps what it has (the restart bypass); a
+	// device chosen now could not be the one it uses.
+	running := !m.sourcesReadyLocked() && m.isContainerAlreadyRunningLocked(string(pod.UID), container)
+	m.mu.Unlock()
+	if running {
+		return false, nil
+	}
+	warn := func() {
+		m.log.Info("Warning: admitting a container without devices of a resource no device plugin has registered",
+			"pod", klog.KObj(pod), "containerName", container, "resourceName", res)
+	}
+	left := deadline.Sub(m.cfg.Clock.Now())
+	if left <= 0 {
+		warn()
+		return false, nil
+	}
+	timer := m.cfg.Clock.NewTimer(left)
+	defer timer.Stop()
+	notified := false
+	for {
+		m.mu.Lock()
+		changed := m.deviceChange
+		served := m.isDevicePluginResourceLocked(res) && !m.awaitingPluginLocked(res)
+		m.mu.Unlock()
+		if served {
+			return true, nil
+		}
+		if !notified {
+			m.log.Info("Deferring admission until a device plugin registers the resource", "pod", klog.KObj(pod),
+				"containerName", container, "resourceName", res, "timeout", left)
+			if m.cfg.OnAdmissionDeferred != nil {
+				m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
+			}
+			notified = true
+		}
 		select {
 		case <-changed:
 		case <-timer.C():
-			return nil, fmt.Errorf("%w (waited %v for the device plugin to register)", err, m.cfg.Policy.DeferAdmissionTimeout)
+			warn()
+			return false, nil
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (stopped waiting for the device plugin: %w)", err, ctx.Err())
+			return false, fmt.Errorf("stopped waiting for a device plugin to register %s: %w", res, ctx.Err())
 		}
 	}
 }
