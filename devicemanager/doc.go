@@ -12,7 +12,10 @@
 //
 //   - Registrations are keyed by plugin instance: a second registration for a resource replaces
 //     the first, capacity does not dip, and the old instance's stream ending never disconnects
-//     the new one. A failed re-registration leaves the working instance in place.
+//     the new one. As with the kubelet, the old instance's stream is left open (its lists are
+//     ignored; up to 2 per resource) until the plugin or Stop ends it, so a plugin that exits
+//     on a closed stream survives registering twice. A failed re-registration leaves the
+//     working instance in place.
 //   - Allocation is transactional. Devices are reserved while the plugin's RPCs run without the
 //     lock; garbage collection cannot release a reservation, and a failure anywhere releases
 //     every reservation of the call and records nothing (no leaked "Available: 0").

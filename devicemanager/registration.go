@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -112,9 +113,13 @@ func registerStatus(err error) error {
 	return status.Error(codes.Unknown, err.Error())
 }
 
-// connect dials the plugin at path and makes it the resource's current instance. A previous
-// instance is stopped; its stream ending can no longer touch the resource. A failed dial
-// leaves the previous instance, if any, in place.
+// connect dials the plugin at path and makes it the resource's current instance. As with the
+// kubelet, a previous instance is not stopped: its connection and ListAndWatch stream stay
+// open, because some plugins (ROCm's, registering twice when they start before the kubelet)
+// treat a closed stream as fatal and exit, taking the new instance's devices with them. The
+// replaced instance's lists are ignored (updateDevices), and its stream ending can no longer
+// touch the resource (runEndpoint); it ends when the plugin closes it or at Stop, which
+// cancels runCtx. A failed dial leaves the previous instance, if any, in place.
 //
 // path must be resolved (no symlinks), so that one socket has one name. A socket that a live
 // endpoint of another resource already serves is refused with ErrSocketInUse, both before the
@@ -147,12 +152,14 @@ func (m *ManagerImpl) connect(ctx context.Context, resource, path string) error 
 		ep.Stop()
 		return socketInUseError(path, owner, resource)
 	}
-	old := m.endpoints[resource]
+	evicted := m.keepReplacedLocked(resource, m.endpoints[resource].ep)
 	m.endpoints[resource] = endpointInfo{ep: ep, opts: opts}
 	m.signalDeviceChangeLocked()
 	m.mu.Unlock()
-	if old.ep != nil {
-		old.ep.Stop()
+	if evicted != nil {
+		m.log.V(2).Info("Closing the stream of an older replaced device plugin instance",
+			"resourceName", resource, "socket", evicted.SocketPath(), "kept", maxReplacedInstances)
+		evicted.Stop()
 	}
 	m.log.V(2).Info("Device plugin connected", "resourceName", resource, "socket", path,
 		"preStartRequired", opts.GetPreStartRequired(),
@@ -165,6 +172,40 @@ func (m *ManagerImpl) connect(ctx context.Context, resource, path string) error 
 	return nil
 }
 
+// maxReplacedInstances bounds, per resource, the replaced instances whose connections and
+// streams connect keeps open. One covers a plugin that registers twice in a row; the bound
+// keeps a plugin that registers in a loop from piling up connections and goroutines.
+const maxReplacedInstances = 2
+
+// keepReplacedLocked records old, the instance being replaced, among the resource's replaced
+// instances if it is still running, and returns the oldest one beyond maxReplacedInstances,
+// which the caller stops outside mu (nil if none). Callers hold mu.
+func (m *ManagerImpl) keepReplacedLocked(resource string, old *endpoint.Endpoint) (evicted *endpoint.Endpoint) {
+	if old == nil || old.IsStopped() {
+		return nil // a checkpoint placeholder or a disconnected instance: nothing to keep
+	}
+	if m.replaced == nil {
+		m.replaced = map[string][]*endpoint.Endpoint{}
+	}
+	kept := append(m.replaced[resource], old)
+	if len(kept) > maxReplacedInstances {
+		evicted, kept = kept[0], kept[1:]
+	}
+	m.replaced[resource] = kept
+	return evicted
+}
+
+// forgetReplacedLocked drops ep from the resource's replaced instances once its stream has
+// ended. Callers hold mu.
+func (m *ManagerImpl) forgetReplacedLocked(resource string, ep *endpoint.Endpoint) {
+	kept := slices.DeleteFunc(m.replaced[resource], func(e *endpoint.Endpoint) bool { return e == ep })
+	if len(kept) == 0 {
+		delete(m.replaced, resource)
+		return
+	}
+	m.replaced[resource] = kept
+}
+
 // isRunning reports whether Start has succeeded and Stop has not been called.
 func (m *ManagerImpl) isRunning() bool {
 	m.life.Lock()
@@ -172,8 +213,10 @@ func (m *ManagerImpl) isRunning() bool {
 	return m.started && !m.stopped
 }
 
-// runEndpoint streams the plugin's devices until the stream ends. Only if ep is still the
-// resource's current instance are its devices marked unhealthy and its stop time stamped.
+// runEndpoint streams the plugin's devices until the stream ends: the plugin closes it or goes
+// away, ep is stopped, or ctx (the manager's runCtx) ends at Stop. Only if ep is still the
+// resource's current instance are its devices marked unhealthy; a replaced instance is only
+// forgotten, whenever its stream ends.
 func (m *ManagerImpl) runEndpoint(ctx context.Context, resource string, ep *endpoint.Endpoint) {
 	log := m.log.WithValues("resourceName", resource, "socket", ep.SocketPath())
 	err := ep.Run(ctx, func(devs []*pluginapi.Device) { m.updateDevices(resource, ep, devs) })
@@ -182,6 +225,8 @@ func (m *ManagerImpl) runEndpoint(ctx context.Context, resource string, ep *endp
 	current := m.endpoints[resource].ep == ep
 	if current {
 		m.markResourceUnhealthyLocked(resource)
+	} else {
+		m.forgetReplacedLocked(resource, ep)
 	}
 	m.mu.Unlock()
 	if current {

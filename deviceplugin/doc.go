@@ -33,7 +33,9 @@
 //
 // In PluginWatcher mode, re-creating our socket also re-creates the registry socket, so the
 // watcher sees a fresh socket and connects again. A kubelet.sock that appears while Start is
-// registering may cause one extra, harmless, registration.
+// registering may cause one extra, harmless, registration. The file watcher runs from the
+// start of Start, so a socket deleted while the first Register still waits for kubelet.sock
+// is served again at once; and every Register is sent only once our socket is served.
 //
 // Socket files are tracked by identity (inode): the plugin only re-creates a socket that is
 // gone and only deletes a file it created, never one another process put at the same path.
@@ -49,8 +51,11 @@
 // # Faults and recording
 //
 // For testing managers, SetFaults scripts hangs (until the caller's deadline or Stop) and
-// errors per RPC, DropStreams ends every stream with Unavailable, and Calls returns copies
-// of every request received. A call is recorded before its fault applies.
+// errors per RPC, a plugin that registers twice in a row (RegisterTwice) and one that exits
+// when the manager closes its stream (ExitOnStreamClose; together the
+// DoubleRegisterExitOnClose profile, Exited tells why it stopped), DropStreams ends every
+// stream with Unavailable, and Calls returns copies of every request received and counts the
+// streams the manager closed. A call is recorded before its fault applies.
 //
 // # Choices
 //
@@ -62,7 +67,9 @@
 //     in order, up to the requested size. The default PreStartContainer returns an empty
 //     response.
 //   - Register waits for kubelet.sock to accept connections (gRPC wait-for-ready) within
-//     RegisterTimeout (10s), like the kubelet's own stub plugin's blocking dial.
+//     RegisterTimeout (10s), like the kubelet's own stub plugin's blocking dial, but tries
+//     to connect at least every 200 ms instead of gRPC's default backoff (1 s growing to
+//     minutes), so a kubelet that starts while we wait is found at once.
 //   - ResourceName and Version are not validated, so tests can exercise a manager's
 //     rejections; the socket path length (107 bytes) is.
 //   - The zero Logger means klog.Background(); log keys follow the kubelet's

@@ -18,4 +18,7 @@ var (
 	ErrRegistration = errors.New("device plugin registration failed")
 	// ErrUnknownDevice is wrapped by SetHealth for an ID that is not in the device list.
 	ErrUnknownDevice = errors.New("unknown device")
+	// ErrStreamClosed is wrapped by Exited when the ExitOnStreamClose fault made the plugin
+	// stop itself.
+	ErrStreamClosed = errors.New("ListAndWatch stream closed by the manager")
 )

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,6 +22,30 @@ type Faults struct {
 	// error reaches the client as code Unknown with its message; a gRPC status error keeps
 	// its code.
 	AllocateErr, PreferredErr, PreStartErr error
+	// ExitOnStreamClose makes the plugin treat a ListAndWatch stream closed by the manager
+	// (the client cancelled the call or dropped its connection while the plugin ran) as
+	// fatal, as some real plugins do: the plugin records the cause (see Exited) and stops
+	// itself, exactly as if Stop had been called, which is how a plugin process exiting
+	// looks to the manager. Streams ended by the plugin itself (DropStreams, Stop) do not
+	// count.
+	ExitOnStreamClose bool
+	// RegisterTwice makes every successful Register (RegisterWithKubelet mode, at Start and
+	// on re-registration) followed at once by a second, identical Register, as a plugin
+	// that starts before the kubelet can do. The second call is sent as soon as the manager
+	// has opened a ListAndWatch stream after the first (or after secondRegisterWait), so
+	// that the first instance is live when it is replaced. It takes effect for
+	// registrations that start after SetFaults.
+	RegisterTwice bool
+}
+
+// DoubleRegisterExitOnClose is the fault profile of a plugin that registers twice in a row
+// when it starts and exits when the manager closes its ListAndWatch stream (seen with
+// AMD's ROCm device plugin started before the kubelet). A manager that closes the stream of
+// the instance it replaces makes such a plugin exit, and its devices go away until it is
+// restarted; the kubelet leaves the old stream open. Set it before Start to cover the
+// first registration.
+func DoubleRegisterExitOnClose() Faults {
+	return Faults{ExitOnStreamClose: true, RegisterTwice: true}
 }
 
 // Calls is what the plugin has received so far, in arrival order. Calls() returns deep
@@ -35,6 +60,9 @@ type Calls struct {
 	ListAndWatch int
 	// GetInfo counts pluginregistration GetInfo calls (PluginWatcher mode).
 	GetInfo int
+	// StreamsClosedByManager counts ListAndWatch streams that the client (the manager)
+	// ended while the plugin was running, whatever the faults.
+	StreamsClosedByManager int
 }
 
 func (c Calls) clone() Calls {
@@ -45,6 +73,8 @@ func (c Calls) clone() Calls {
 		Options:      c.Options,
 		ListAndWatch: c.ListAndWatch,
 		GetInfo:      c.GetInfo,
+
+		StreamsClosedByManager: c.StreamsClosedByManager,
 	}
 }
 
@@ -96,4 +126,33 @@ func hang(ctx, life context.Context) error {
 	case <-stopped:
 		return status.Error(codes.Unavailable, "device plugin stopped")
 	}
+}
+
+// Exited returns nil while the plugin has not stopped itself, and afterwards why it did: an
+// error wrapping ErrStreamClosed when ExitOnStreamClose made it exit. A Stop by the caller
+// is not an exit.
+func (p *Plugin) Exited() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitErr
+}
+
+// streamClosedByManager records that the client ended a ListAndWatch stream while the plugin
+// was running and, under ExitOnStreamClose, makes the plugin exit: Stop runs on a goroutine
+// of its own, because Stop waits for the RPC handlers, this one included. A later Stop by
+// the caller waits for that one to finish (Stop is idempotent), so nothing outlives it.
+func (p *Plugin) streamClosedByManager() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != stateRunning || p.ctx.Err() != nil {
+		return // the plugin is stopping: its own Stop ended the stream
+	}
+	p.calls.StreamsClosedByManager++
+	p.notifyLocked()
+	if !p.faults.ExitOnStreamClose || p.exitErr != nil {
+		return
+	}
+	p.exitErr = fmt.Errorf("%w: exiting (ExitOnStreamClose fault)", ErrStreamClosed)
+	p.log.Info("ListAndWatch stream closed by the manager; device plugin exiting", "path", p.socketPath)
+	go p.Stop()
 }

@@ -16,11 +16,14 @@ import (
 // watch PluginDir (and KubeletSocket's directory) for file events; remove a stale file at
 // SocketPath, listen and serve; in PluginWatcher mode, do the same for the registry socket;
 // in RegisterWithKubelet mode, make one Register call (bounded by ctx and RegisterTimeout).
-// Then it starts the background work, which runs until Stop:
-//   - when SocketPath is deleted (the manager's start-up cleanup), listen and serve it again;
+// The background work starts before that Register and runs until Stop:
+//   - when SocketPath is deleted (the manager's start-up cleanup), listen and serve it again,
+//     at once, even while the first Register still waits for kubelet.sock;
 //   - in RegisterWithKubelet mode, whenever KubeletSocket is created (a kubelet restart),
 //     register again, retrying with a doubling backoff (RetryBackoff..MaxRetryBackoff on
 //     Clock) until it succeeds or the plugin stops.
+//
+// Every Register is sent only once SocketPath is served, so the manager's dial finds it.
 //
 // ctx bounds only the start-up; the plugin runs until Stop. A Stop that races with a
 // successful start-up wins, and Start still returns nil. Any failure stops the plugin (it
@@ -41,11 +44,20 @@ func (p *Plugin) Start(ctx context.Context) error {
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	life := p.ctx
 	fsw, err := p.startLocked()
-	p.mu.Unlock()
 	if err != nil {
+		p.mu.Unlock()
 		p.Stop()
 		return err
 	}
+	kick := make(chan struct{}, 1)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() { _ = fsw.Close() }()
+		p.watch(life, fsw, kick)
+	}()
+	p.mu.Unlock()
+
 	retry := false
 	if p.cfg.Registration == RegisterWithKubelet {
 		// The first Register is bounded by the caller's ctx and also ends if Stop is called.
@@ -57,13 +69,11 @@ func (p *Plugin) Start(ctx context.Context) error {
 		switch {
 		case err == nil:
 		case life.Err() != nil: // Stop was called meanwhile
-			_ = fsw.Close()
 			return fmt.Errorf("%w while registering", ErrStopped)
 		case p.cfg.KeepRegistering:
 			p.log.Error(err, "Device plugin failed to register; retrying in the background")
 			retry = true
 		default:
-			_ = fsw.Close()
 			p.log.Error(err, "Device plugin failed to register; stopping")
 			p.Stop()
 			return err
@@ -73,16 +83,8 @@ func (p *Plugin) Start(ctx context.Context) error {
 	defer p.mu.Unlock()
 	if p.state != stateRunning {
 		// Stop raced with a successful start-up: that is the caller's Stop, not our failure.
-		_ = fsw.Close()
 		return nil
 	}
-	kick := make(chan struct{}, 1)
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer func() { _ = fsw.Close() }()
-		p.watch(life, fsw, kick)
-	}()
 	if p.cfg.Registration == RegisterWithKubelet {
 		if retry {
 			select {
@@ -101,7 +103,8 @@ func (p *Plugin) Start(ctx context.Context) error {
 }
 
 // startLocked does Start's synchronous part up to registration. p.mu must be held. On error
-// everything it created is released by Stop, except the returned watcher, which it closes.
+// everything it created is released by Stop, except the file watcher, which it closes; on
+// success the caller owns the returned watcher.
 func (p *Plugin) startLocked() (*fsnotify.Watcher, error) {
 	dirs := []string{p.cfg.PluginDir}
 	if d := filepath.Dir(p.cfg.KubeletSocket); p.cfg.Registration == RegisterWithKubelet && d != p.cfg.PluginDir {
@@ -179,8 +182,8 @@ func (p *Plugin) stop() {
 	}
 }
 
-// Run starts the plugin, waits until ctx ends or the plugin is stopped by someone else,
-// then stops it. It returns Start's error, or nil.
+// Run starts the plugin, waits until ctx ends or the plugin is stopped by someone else (or
+// by itself, see Exited), then stops it. It returns Start's error, else Exited().
 func (p *Plugin) Run(ctx context.Context) error {
 	if err := p.Start(ctx); err != nil {
 		return err
@@ -193,5 +196,5 @@ func (p *Plugin) Run(ctx context.Context) error {
 	case <-life.Done():
 	}
 	p.Stop()
-	return nil
+	return p.Exited()
 }

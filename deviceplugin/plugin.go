@@ -45,6 +45,7 @@ type Plugin struct {
 	registrations int
 	statuses      []*registerapi.RegistrationStatus
 	streams       map[*stream]struct{}
+	exitErr       error         // why the plugin stopped itself (ExitOnStreamClose), else nil
 	changed       chan struct{} // closed and replaced whenever a waited-for count changes
 }
 

@@ -3,8 +3,10 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -12,14 +14,33 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
-// register makes one Register call on KubeletSocket, bounded by RegisterTimeout and ctx.
-// The call waits for the socket to accept connections (gRPC wait-for-ready), so a kubelet
-// that is still starting is not an error until the timeout. On success it counts the
+const (
+	// registerRetryMax is the longest wait between two attempts to connect to a missing or
+	// refusing kubelet.sock while a Register waits for it. Connecting to a local unix socket
+	// costs microseconds, so a short cap is cheap and finds a starting kubelet quickly.
+	registerRetryMax = 200 * time.Millisecond
+	// secondRegisterWait bounds how long the RegisterTwice fault waits for the manager to
+	// open a stream after the first Register.
+	secondRegisterWait = time.Second
+)
+
+// registerBackoff paces connection attempts to kubelet.sock: from 20 ms up to
+// registerRetryMax, with gRPC's usual growth and jitter.
+var registerBackoff = backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: registerRetryMax}
+
+// register makes one Register call on KubeletSocket (two under the RegisterTwice fault),
+// bounded by RegisterTimeout and ctx. The call waits for the socket to accept connections,
+// re-trying a refused or missing kubelet.sock every registerRetryMax at most, so that a
+// kubelet that starts while we wait is found within that time rather than after gRPC's
+// default backoff (up to seconds). Our own socket is always served again, if the kubelet's
+// start-up cleanup deleted it, before a Register names it. On success it counts the
 // registration and wakes waiters. Errors wrap ErrRegistration and the gRPC error.
 func (p *Plugin) register(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RegisterTimeout)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+p.cfg.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+p.cfg.KubeletSocket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: registerBackoff, MinConnectTimeout: p.cfg.RegisterTimeout}))
 	if err != nil {
 		return fmt.Errorf("%w: connecting to %s: %w", ErrRegistration, p.cfg.KubeletSocket, err)
 	}
@@ -29,6 +50,28 @@ func (p *Plugin) register(ctx context.Context) error {
 	if err := waitReady(ctx, conn); err != nil {
 		return fmt.Errorf("%w: waiting for %s: %w", ErrRegistration, p.cfg.KubeletSocket, err)
 	}
+	p.mu.Lock()
+	streams := p.calls.ListAndWatch
+	p.mu.Unlock()
+	if err := p.registerOnce(ctx, conn); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	twice := p.faults.RegisterTwice
+	p.mu.Unlock()
+	if !twice {
+		return nil
+	}
+	// Let the manager open the first instance's stream, so that the second Register
+	// replaces a live instance; give up waiting after secondRegisterWait.
+	wctx, wcancel := context.WithTimeout(ctx, secondRegisterWait)
+	_ = p.WaitForStreams(wctx, streams+1)
+	wcancel()
+	return p.registerOnce(ctx, conn)
+}
+
+// registerOnce serves our socket again if it is gone, then sends one Register on conn.
+func (p *Plugin) registerOnce(ctx context.Context, conn *grpc.ClientConn) error {
 	if err := p.ensureListening(); err != nil {
 		return fmt.Errorf("%w: %w", ErrRegistration, err)
 	}

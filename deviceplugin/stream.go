@@ -29,7 +29,8 @@ func (p *Plugin) pushLocked() {
 }
 
 // serveStream runs one ListAndWatch call: the current list first, then every update, until
-// the client goes away (its context error), DropStreams (Unavailable) or Stop (nil, i.e. a
+// the client goes away (its context error; counted in Calls.StreamsClosedByManager, and
+// fatal under the ExitOnStreamClose fault), DropStreams (Unavailable) or Stop (nil, i.e. a
 // clean end of stream).
 func (p *Plugin) serveStream(srv pluginapi.DevicePlugin_ListAndWatchServer) error {
 	st := &stream{wake: make(chan struct{}, 1), dropped: make(chan struct{})}
@@ -67,6 +68,9 @@ func (p *Plugin) serveStream(srv pluginapi.DevicePlugin_ListAndWatchServer) erro
 		p.mu.Unlock()
 		for _, devs := range batch {
 			if err := srv.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+				if srv.Context().Err() != nil {
+					p.streamClosedByManager()
+				}
 				return err
 			}
 		}
@@ -75,6 +79,7 @@ func (p *Plugin) serveStream(srv pluginapi.DevicePlugin_ListAndWatchServer) erro
 		case <-st.dropped:
 			return errDropped
 		case <-srv.Context().Done():
+			p.streamClosedByManager() // does nothing if the plugin is stopping
 			return status.FromContextError(srv.Context().Err()).Err()
 		case <-life.Done():
 			return nil

@@ -19,7 +19,15 @@
 //     "endpoint <resourceName> has been stopped"), with the cause wrapped by %w.
 //   - grpc.DialContext with WithBlock is deprecated; the blocking dial is grpc.NewClient plus
 //     Connect and WaitForStateChange until Ready, so a socket nobody listens on fails within
-//     DialTimeout with the socket path and the last connect error in the message.
+//     DialTimeout with the kubelet's text, "failed to dial device plugin: context deadline
+//     exceeded"; the socket path and the last connect error are logged.
+//   - A socket path where no file exists (checked with stat before dialling, every 100 ms
+//     while dialling, and on each ENOENT from connect) fails at once with "failed to dial
+//     device plugin: socket "<path>" does not exist" (ErrSocketMissing), where the kubelet
+//     would wait the whole 10s: a plugin started before the manager registers a socket that
+//     the start-up cleanup has just deleted, and must learn it while it can serve again and
+//     retry. A plugin that sends Register before it creates its socket is refused for the
+//     same reason; it must listen first, as the protocol expects.
 //   - Deadlines: GetDevicePluginOptions is bounded (OptionsTimeout, 10s) because a plugin that
 //     never answers would otherwise hang its Register call forever. Allocate and
 //     GetPreferredAllocation keep the kubelet's "no deadline" by default; the recommended

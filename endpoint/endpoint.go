@@ -41,13 +41,18 @@ type Endpoint struct {
 // It blocks until the connection is ready, the DialTimeout passes or ctx ends, then calls
 // GetDevicePluginOptions under OptionsTimeout. Errors are "failed to dial device plugin: …"
 // and "failed to get device plugin options: …" (the kubelet's strings), wrapping the cause so
-// that errors.Is(err, context.DeadlineExceeded) and status.Code work. On error nothing is left
-// open. The returned Endpoint is running; its ListAndWatch stream is started with Run.
+// that errors.Is(err, context.DeadlineExceeded) and status.Code work. A dial that times out
+// reads exactly as the kubelet's, "failed to dial device plugin: context deadline exceeded"
+// (the socket and the last connect error are logged). Beyond the kubelet, a socket path
+// where no file exists, or whose file disappears while dialling, fails at once with
+// "failed to dial device plugin: socket "<path>" does not exist", which wraps
+// ErrSocketMissing. On error nothing is left open. The returned Endpoint is running; its
+// ListAndWatch stream is started with Run.
 func Dial(ctx context.Context, resourceName, socketPath string, cfg Config) (*Endpoint, error) {
 	cfg = cfg.WithDefaults()
 	log := cfg.Logger.WithValues("resourceName", resourceName, "endpoint", socketPath)
 
-	conn, err := dial(ctx, socketPath, cfg)
+	conn, err := dial(ctx, log, socketPath, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to dial device plugin: %w", err)
 	}

@@ -130,8 +130,11 @@ func TestRPCDeadlines(t *testing.T) {
 			if status.Code(err) != codes.DeadlineExceeded {
 				t.Errorf("error %v: code %v, want DeadlineExceeded", err, status.Code(err))
 			}
-			if want := "rpc error: code = DeadlineExceeded desc = context deadline exceeded"; err == nil || err.Error() != want {
-				t.Errorf("error %q, want the kubelet's %q", err, want)
+			// gRPC's own status, unwrapped, as the kubelet returns it. Its description is
+			// gRPC's: usually "context deadline exceeded", or the server's RST_STREAM when the
+			// cancellation crosses the deadline on the wire.
+			if want := "rpc error: code = DeadlineExceeded desc = "; err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "rpc to device plugin") {
+				t.Errorf("error %q, want gRPC's own DeadlineExceeded status (%q...)", err, want)
 			}
 			if errors.Is(err, ErrStopped) {
 				t.Errorf("a deadline is not a stop: %v", err)
