@@ -91,13 +91,21 @@ type ManagerImpl struct {
 
 	serveErr error // the registration server's Serve error, under mu
 
-	life    sync.Mutex // guards the lifecycle fields below
-	started bool
-	stopped bool
-	runCtx  context.Context // ends at Stop; owns every background goroutine
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	server  *grpc.Server
+	life     sync.Mutex // guards the lifecycle fields below
+	started  bool
+	stopped  bool
+	stopDone chan struct{}   // closed when Stop has finished
+	runCtx   context.Context // ends at Stop; owns every background goroutine
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	server   *grpc.Server
+
+	// testHookAfterDial, when set by a test, runs in connect between the plugin's dial and
+	// the swap of the resource's endpoint.
+	testHookAfterDial func()
+	// testHookAfterWatcherConnect, when set by a test, runs in the plugins_registry watcher
+	// right after a registration through it connected.
+	testHookAfterWatcherConnect func()
 }
 
 // New builds a manager from cfg. It touches nothing on disk until Start.
@@ -194,6 +202,7 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 	m.server = grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(m.server, &registrationServer{m: m})
 	m.started = true
+	m.stopDone = make(chan struct{})
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -211,7 +220,10 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 	}()
 	if m.cfg.PluginWatcherDir != "" {
 		if err := m.startPluginWatcher(runCtx); err != nil {
-			m.stopLocked()
+			finish := m.beginStopLocked()
+			m.life.Unlock() // a registration in flight takes life to learn the manager stopped
+			finish()
+			m.life.Lock()
 			return err
 		}
 	}
@@ -222,19 +234,40 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 // Stop disconnects every plugin (its devices become unhealthy and its endpoint stopped),
 // stops the registration server (removing kubelet.sock) and waits for every goroutine.
 // It writes no checkpoint. It is safe to call twice, or before Start.
+//
+// Stop does not hold the lifecycle lock while it waits: a registration in flight (through
+// kubelet.sock or the plugins_registry watcher, whose goroutine Stop joins) takes that lock
+// to learn that the manager stopped, and gives up. A second concurrent Stop waits for the
+// first to finish.
 func (m *ManagerImpl) Stop() error {
 	m.life.Lock()
-	defer m.life.Unlock()
-	m.stopLocked()
+	finish := m.beginStopLocked()
+	m.life.Unlock()
+	finish()
 	return nil
 }
 
-func (m *ManagerImpl) stopLocked() {
-	if !m.started || m.stopped {
-		return
+// beginStopLocked marks the manager stopped and cancels its context. The returned function
+// does the rest and must be called without life held. Callers hold life.
+func (m *ManagerImpl) beginStopLocked() func() {
+	if !m.started {
+		return func() {}
+	}
+	done := m.stopDone
+	if m.stopped {
+		return func() { <-done }
 	}
 	m.stopped = true
 	m.cancel()
+	return func() {
+		m.finishStop()
+		close(done)
+	}
+}
+
+// finishStop disconnects the plugins, stops the registration server and joins every
+// goroutine.
+func (m *ManagerImpl) finishStop() {
 	m.mu.Lock()
 	var eps []*endpoint.Endpoint
 	for _, info := range m.endpoints {

@@ -103,15 +103,18 @@ func (m *ManagerImpl) watcherAdd(ctx context.Context, path string, registered ma
 	if info.Type != registerapi.DevicePlugin {
 		return
 	}
-	regErr := m.registerWatchedPlugin(ctx, path, info)
+	ep, regErr := m.registerWatchedPlugin(ctx, path, info)
+	if m.testHookAfterWatcherConnect != nil {
+		m.testHookAfterWatcherConnect()
+	}
 	status := &registerapi.RegistrationStatus{PluginRegistered: regErr == nil}
 	if regErr != nil {
 		status.Error = regErr.Error()
 		log.Error(regErr, "Failed to register device plugin from plugin watcher", "resourceName", info.Name)
 	} else {
-		m.mu.Lock()
-		registered[path] = m.endpoints[info.Name].ep
-		m.mu.Unlock()
+		// The instance this socket registered, not whichever is current now: another
+		// registration of the resource may already have replaced it.
+		registered[path] = ep
 	}
 	if _, err := client.NotifyRegistrationStatus(rctx, status); err != nil {
 		log.Error(err, "Failed to notify plugin of its registration status", "resourceName", info.Name)
@@ -120,25 +123,25 @@ func (m *ManagerImpl) watcherAdd(ctx context.Context, path string, registered ma
 
 // registerWatchedPlugin validates a plugins_registry device plugin and connects to it. The
 // endpoint is used as given (symlinks resolved), or the registry socket itself when empty.
-func (m *ManagerImpl) registerWatchedPlugin(ctx context.Context, path string, info *registerapi.PluginInfo) error {
+func (m *ManagerImpl) registerWatchedPlugin(ctx context.Context, path string, info *registerapi.PluginInfo) (*endpoint.Endpoint, error) {
 	if !slices.Contains(info.SupportedVersions, pluginapi.Version) {
-		return fmt.Errorf("manager version, %s, is not among plugin supported versions %v", pluginapi.Version, info.SupportedVersions)
+		return nil, fmt.Errorf("manager version, %s, is not among plugin supported versions %v", pluginapi.Version, info.SupportedVersions)
 	}
 	if !isExtendedResourceName(info.Name) {
-		return fmt.Errorf("invalid name of device plugin socket: %s", info.Name)
+		return nil, fmt.Errorf("invalid name of device plugin socket: %s", info.Name)
 	}
 	ep := info.Endpoint
 	if ep == "" {
 		ep = path
 	}
 	if !filepath.IsAbs(ep) {
-		return errors.New("plugin endpoint must be an absolute path: " + ep)
+		return nil, errors.New("plugin endpoint must be an absolute path: " + ep)
 	}
 	// Resolved, so that a socket reached through a symlink has the one name the socket
 	// ownership check compares (the endpoint may lie anywhere, as with the kubelet).
 	resolved, err := resolveSocketPath(ep)
 	if err != nil {
-		return fmt.Errorf("plugin endpoint %s: %w", ep, err)
+		return nil, fmt.Errorf("plugin endpoint %s: %w", ep, err)
 	}
 	return m.connect(ctx, info.Name, resolved)
 }

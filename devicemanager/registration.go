@@ -68,7 +68,7 @@ func (s *registrationServer) Register(ctx context.Context, r *pluginapi.Register
 		s.logError(log, cause+err.Error(), err, "Bad registration request from device plugin")
 		return &pluginapi.Empty{}, err
 	}
-	if err := m.connect(ctx, r.ResourceName, path); err != nil {
+	if _, err := m.connect(ctx, r.ResourceName, path); err != nil {
 		key := cause + err.Error()
 		var inUse *socketInUse
 		if errors.As(err, &inUse) {
@@ -124,33 +124,37 @@ func registerStatus(err error) error {
 // path must be resolved (no symlinks), so that one socket has one name. A socket that a live
 // endpoint of another resource already serves is refused with ErrSocketInUse, both before the
 // dial and again, atomically with the swap, under mu: of two resources racing for one socket,
-// exactly one wins.
-func (m *ManagerImpl) connect(ctx context.Context, resource, path string) error {
+// exactly one wins. It returns the instance it made current, so that a caller that tracks it
+// (the plugins_registry watcher) never mistakes a later instance for its own.
+func (m *ManagerImpl) connect(ctx context.Context, resource, path string) (*endpoint.Endpoint, error) {
 	if !m.isRunning() {
-		return fmt.Errorf("device manager is not running")
+		return nil, fmt.Errorf("device manager is not running")
 	}
 	m.mu.Lock()
 	owner := m.socketOwnerLocked(resource, path)
 	m.mu.Unlock()
 	if owner != "" {
-		return socketInUseError(path, owner, resource)
+		return nil, socketInUseError(path, owner, resource)
 	}
 	ep, err := endpoint.Dial(ctx, resource, path, m.cfg.Endpoint)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if m.testHookAfterDial != nil {
+		m.testHookAfterDial()
 	}
 	m.life.Lock()
 	defer m.life.Unlock()
 	if !m.started || m.stopped {
 		ep.Stop()
-		return fmt.Errorf("device manager is not running")
+		return nil, fmt.Errorf("device manager is not running")
 	}
 	opts := ep.Options()
 	m.mu.Lock()
 	if owner := m.socketOwnerLocked(resource, path); owner != "" {
 		m.mu.Unlock()
 		ep.Stop()
-		return socketInUseError(path, owner, resource)
+		return nil, socketInUseError(path, owner, resource)
 	}
 	evicted := m.keepReplacedLocked(resource, m.endpoints[resource].ep)
 	m.endpoints[resource] = endpointInfo{ep: ep, opts: opts}
@@ -169,7 +173,7 @@ func (m *ManagerImpl) connect(ctx context.Context, resource, path string) error 
 		defer m.wg.Done()
 		m.runEndpoint(m.runCtx, resource, ep)
 	}()
-	return nil
+	return ep, nil
 }
 
 // maxReplacedInstances bounds, per resource, the replaced instances whose connections and

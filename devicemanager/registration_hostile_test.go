@@ -138,7 +138,7 @@ func TestSocketOwnership(t *testing.T) {
 		}
 	}
 	// The plugins_registry path gets the same check.
-	err := m.registerWatchedPlugin(context.Background(), filepath.Join(dir, "reg.sock"), &registerapi.PluginInfo{
+	_, err := m.registerWatchedPlugin(context.Background(), filepath.Join(dir, "reg.sock"), &registerapi.PluginInfo{
 		Type: registerapi.DevicePlugin, Name: other, Endpoint: filepath.Join(dir, "alias.sock"), SupportedVersions: []string{pluginapi.Version}})
 	if !errors.Is(err, ErrSocketInUse) {
 		t.Fatalf("plugin watcher registration of %s on gpu.sock's alias: got %v, want ErrSocketInUse", other, err)
