@@ -61,9 +61,23 @@ func (r *Runner) inflightSettle() {
 	if r.m == nil {
 		return
 	}
-	deadline := time.Now().Add(settle)
-	for time.Now().Before(deadline) && r.someWaiterCanProceed() {
-		time.Sleep(2 * time.Millisecond)
+	timer := time.NewTimer(settle)
+	defer timer.Stop()
+	for {
+		// Both broadcasts are taken before the check, so no change is missed.
+		r.mu.Lock()
+		settled := r.settled
+		r.mu.Unlock()
+		changed := r.m.DeviceChanges()
+		if !r.someWaiterCanProceed() {
+			return
+		}
+		select {
+		case <-settled:
+		case <-changed:
+		case <-timer.C:
+			return
+		}
 	}
 }
 

@@ -48,6 +48,8 @@ type Runner struct {
 	events   []string // admission outcomes not yet printed
 	deferred chan string
 	inflight sync.WaitGroup
+	// settled is closed and replaced, under mu, whenever an admission in flight ends.
+	settled chan struct{}
 }
 
 type plugin struct {
@@ -68,7 +70,7 @@ type pod struct {
 // NewRunner prepares a runner for a policy ("kubelet-1.36" or "kdm").
 func NewRunner(policy string) (*Runner, error) {
 	r := &Runner{policyName: policy, plugins: map[string]*plugin{}, pods: map[string]*pod{},
-		log: funcr.New(func(string, string) {}, funcr.Options{}), deferred: make(chan string, 64)}
+		log: funcr.New(func(string, string) {}, funcr.Options{}), deferred: make(chan string, 64), settled: make(chan struct{})}
 	switch policy {
 	case "kubelet-1.36":
 		r.policy = devicemanager.KubeletPolicy()
@@ -169,19 +171,23 @@ func (r *Runner) startPlugin(p *plugin) error {
 	return r.waitCapacity(r.resource(p.name), func(c, a int64) bool { return c == int64(len(p.devices)) && a == healthy })
 }
 
-// waitCapacity polls GetCapacity until cond holds for the resource.
+// waitCapacity waits, on the manager's device-change broadcast, until cond holds for the
+// resource.
 func (r *Runner) waitCapacity(res string, cond func(capacity, allocatable int64) bool) error {
-	deadline := time.Now().Add(settle)
+	timer := time.NewTimer(settle)
+	defer timer.Stop()
 	for {
+		changed := r.m.DeviceChanges() // taken before reading, so no change is missed
 		c, a := r.counts(res)
 		if cond(c, a) {
 			r.m.WaitForCheckpointWrites() // the file matches what is visible
 			return nil
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-timer.C:
 			return fmt.Errorf("%s did not settle: capacity %d allocatable %d", res, c, a)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -263,6 +269,10 @@ func (r *Runner) admit(name string) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		defer func() { // wake inflightSettle
+			close(r.settled)
+			r.settled = make(chan struct{})
+		}()
 		waited := p.state == "waiting"
 		if err != nil {
 			p.state = "rejected"
