@@ -224,27 +224,48 @@ func gpus(n int64) func(agent.NodeStatus) bool {
 }
 
 // writePod places a manifest for a pod asking for count GPUs.
-func (n *node) writePod(name string, count int) {
+func (n *node) writePod(name string, count int) { n.writeResourcePod(name, "nvidia.com/gpu", count) }
+
+// writeResourcePod places a manifest (temp file and rename) for a pod whose single container
+// asks for count of resource. The pod's UID derives from its name (uidOf).
+func (n *node) writeResourcePod(name, resource string, count int) {
 	n.t.Helper()
-	manifest := fmt.Sprintf(`apiVersion: v1
+	limits := fmt.Sprintf("      limits:\n        %s: %d\n", resource, count)
+	n.placeManifest(name+".yaml", podManifest(name, uidOf(name), limits))
+}
+
+// podManifest is a one-container pod manifest in namespace e2e; resources is the YAML of the
+// container's resources block, indented by six spaces.
+func podManifest(name, uid, resources string) string {
+	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: %s
+  name: %q
   namespace: e2e
-  uid: 00000000-0000-4000-8000-%012x
+  uid: %q
 spec:
   containers:
   - name: main
     image: example.com/app
     resources:
-      limits:
-        nvidia.com/gpu: %d
-`, name, podNumber(name), count)
-	tmp := filepath.Join(n.manifests, "."+name+".tmp")
-	if err := os.WriteFile(tmp, []byte(manifest), 0o600); err != nil {
+%s`, name, uid, resources)
+}
+
+func gpuLimit(count int) string {
+	return fmt.Sprintf("      limits:\n        nvidia.com/gpu: %d\n", count)
+}
+
+// uidOf is the UID writePod gives the named pod, so that a re-created pod keeps its UID.
+func uidOf(name string) string { return fmt.Sprintf("00000000-0000-4000-8000-%012x", podNumber(name)) }
+
+// placeManifest writes a manifest file atomically (temp file and rename).
+func (n *node) placeManifest(file, body string) {
+	n.t.Helper()
+	tmp := filepath.Join(n.manifests, "."+file+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
 		n.t.Fatal(err)
 	}
-	if err := os.Rename(tmp, filepath.Join(n.manifests, name+".yaml")); err != nil {
+	if err := os.Rename(tmp, filepath.Join(n.manifests, file)); err != nil {
 		n.t.Fatal(err)
 	}
 }

@@ -24,41 +24,6 @@ func forEachPolicy(t *testing.T, f func(t *testing.T, n *node, policy string)) {
 	}
 }
 
-// podManifest is a one-container pod manifest; resources is the YAML of the container's
-// resources block, indented by six spaces.
-func podManifest(name, uid, resources string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %q
-  namespace: e2e
-  uid: %q
-spec:
-  containers:
-  - name: main
-    image: example.com/app
-    resources:
-%s`, name, uid, resources)
-}
-
-func gpuLimit(count int) string {
-	return fmt.Sprintf("      limits:\n        nvidia.com/gpu: %d\n", count)
-}
-
-func uidOf(name string) string { return fmt.Sprintf("00000000-0000-4000-8000-%012x", podNumber(name)) }
-
-// placeManifest writes a manifest file atomically (temp file and rename).
-func (n *node) placeManifest(file, body string) {
-	n.t.Helper()
-	tmp := filepath.Join(n.manifests, "."+file+".tmp")
-	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
-		n.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(n.manifests, file)); err != nil {
-		n.t.Fatal(err)
-	}
-}
-
 // logCount counts the lines of a process's log that contain every one of words.
 func logCount(t *testing.T, p *process, words ...string) int {
 	t.Helper()

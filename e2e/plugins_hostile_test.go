@@ -51,32 +51,6 @@ func register(c pluginapi.RegistrationClient, resource, endpoint string) error {
 	return err
 }
 
-// writeResourcePod places a manifest for a pod whose single container asks for count of resource.
-func (n *node) writeResourcePod(name, resource string, count int) {
-	n.t.Helper()
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-  namespace: e2e
-  uid: 00000000-0000-4000-8000-%012x
-spec:
-  containers:
-  - name: main
-    image: example.com/app
-    resources:
-      limits:
-        %s: %d
-`, name, podNumber(name), resource, count)
-	tmp := filepath.Join(n.manifests, "."+name+".tmp")
-	if err := os.WriteFile(tmp, []byte(manifest), 0o600); err != nil {
-		n.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(n.manifests, name+".yaml")); err != nil {
-		n.t.Fatal(err)
-	}
-}
-
 // outsidePlugin serves the DevicePlugin service on dir/x.sock without registering, so that the
 // test can see whether kdm ever dials it.
 func outsidePlugin(t *testing.T, dir, resource string) *deviceplugin.Plugin {
