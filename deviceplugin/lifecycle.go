@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,6 +64,11 @@ func (p *Plugin) Start(ctx context.Context) error {
 		// The first Register is bounded by the caller's ctx and also ends if Stop is called.
 		rctx, cancel := context.WithCancel(ctx)
 		stopRegister := context.AfterFunc(life, cancel)
+		if _, err := os.Stat(p.cfg.KubeletSocket); err != nil {
+			// Say at once where the plugin waits: a wrong directory or a manager that has
+			// not started yet is otherwise silent until the wait ends.
+			p.log.Info("Waiting for the kubelet's registration socket", "path", p.cfg.KubeletSocket, "err", err)
+		}
 		err := p.register(rctx)
 		stopRegister()
 		cancel()
@@ -70,6 +76,10 @@ func (p *Plugin) Start(ctx context.Context) error {
 		case err == nil:
 		case life.Err() != nil: // Stop was called meanwhile
 			return fmt.Errorf("%w while registering", ErrStopped)
+		case ctx.Err() != nil: // the caller is shutting down: no failure to report
+			p.log.V(2).Info("Registration abandoned: shutting down", "path", p.cfg.KubeletSocket)
+			p.Stop()
+			return fmt.Errorf("%w while registering: %w", ErrStopped, ctx.Err())
 		case p.cfg.KeepRegistering:
 			p.log.Error(err, "Device plugin failed to register; retrying in the background")
 			retry = true
@@ -186,6 +196,9 @@ func (p *Plugin) stop() {
 // by itself, see Exited), then stops it. It returns Start's error, else Exited().
 func (p *Plugin) Run(ctx context.Context) error {
 	if err := p.Start(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ErrStopped) {
+			return nil // shut down before the first registration finished
+		}
 		return err
 	}
 	p.mu.Lock()
