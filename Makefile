@@ -64,6 +64,7 @@ crashloop:
 
 ## demo: the tour on an embedded default: manager, mock GPUs, sample pods, checkpoint, restart.
 demo:
+	@echo "make demo: building kdm (a cold build cache compiles the dependencies first: minutes)"
 	$(GO) run ./cmd/kdm demo
 
 clean:
