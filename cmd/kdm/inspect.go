@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
-	"text/tabwriter"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -42,9 +40,11 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kdm inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	wide := fs.Bool("wide", false, "print every field in full, however long the lines get")
+	width := fs.Int("width", defaultInspectWidth, "fit the table into `COLUMNS` characters (ignored with --wide)")
 	rewrite := fs.String("rewrite", "", "write the checkpoint back to `OUT` in canonical order with a fresh checksum")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kdm inspect [--json] [--rewrite OUT] FILE")
+		fmt.Fprintln(stderr, "usage: kdm inspect [--json | --wide | --width N] [--rewrite OUT] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -52,6 +52,10 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
+		return 2
+	}
+	if *width < minInspectWidth {
+		fmt.Fprintf(stderr, "kdm inspect: --width %d is too narrow, the least is %d\n", *width, minInspectWidth)
 		return 2
 	}
 	file := fs.Arg(0)
@@ -73,8 +77,10 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "kdm inspect: %v\n", err)
 			return 1
 		}
+	} else if *wide {
+		printWide(stdout, out)
 	} else {
-		printTable(stdout, out)
+		printFitted(stdout, out, *width)
 	}
 	if *rewrite != "" {
 		if err := writeCanonical(*rewrite, data); err != nil {
@@ -111,62 +117,6 @@ func describe(file string, d *checkpoint.Data, layout checkpoint.Layout) *inspec
 		out.Entries = append(out.Entries, ie)
 	}
 	return out
-}
-
-func printTable(w io.Writer, in *inspected) {
-	fmt.Fprintf(w, "file:     %s\nlayout:   %s\nchecksum: %d\nentries:  %d\n\n", in.File, in.Layout, in.Checksum, len(in.Entries))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD UID\tCONTAINER\tRESOURCE\tDEVICES (NUMA)\tALLOCATE RESPONSE")
-	for _, e := range in.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.PodUID, e.ContainerName, e.ResourceName, formatNUMA(e.DeviceIDs), summarize(e))
-	}
-	_ = tw.Flush()
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RESOURCE\tHEALTHY DEVICES")
-	for _, res := range sortedStrings(in.RegisteredDevices) {
-		fmt.Fprintf(tw, "%s\t%d %s\n", res, len(in.RegisteredDevices[res]), strings.Join(in.RegisteredDevices[res], ","))
-	}
-	_ = tw.Flush()
-}
-
-func formatNUMA(m map[string][]string) string {
-	var parts []string
-	for _, n := range sortedStrings(m) {
-		label := "numa " + n
-		if n == "-1" {
-			label = "no topology"
-		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", strings.Join(m[n], ","), label))
-	}
-	return strings.Join(parts, " ")
-}
-
-func summarize(e inspectedEntry) string {
-	if e.resp == nil {
-		return "undecodable: " + e.AllocRespErr
-	}
-	r := e.resp
-	var parts []string
-	for _, k := range sortedStrings(r.Envs) {
-		parts = append(parts, k+"="+r.Envs[k])
-	}
-	if n := len(r.Devices); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d device specs", n))
-	}
-	if n := len(r.Mounts); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d mounts", n))
-	}
-	if n := len(r.Annotations); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d annotations", n))
-	}
-	for _, c := range r.CdiDevices {
-		parts = append(parts, "cdi "+c.Name)
-	}
-	if len(parts) == 0 {
-		return "(empty)"
-	}
-	return strings.Join(parts, "; ")
 }
 
 // writeCanonical writes d in canonical order (entries by pod UID, container, resource; device

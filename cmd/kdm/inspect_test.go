@@ -3,11 +3,17 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
 )
@@ -108,5 +114,101 @@ func TestInspectUsage(t *testing.T) {
 	}
 	if code, _, errOut := inspect(t, "/nonexistent/kubelet_internal_checkpoint"); code != 1 || !strings.Contains(errOut, "no such file") {
 		t.Fatalf("missing file: exit %d, %q", code, errOut)
+	}
+}
+
+// writeCheckpoint encodes d with its checksum into a temp file and returns the path.
+func writeCheckpoint(t *testing.T, d *checkpoint.Data) string {
+	t.Helper()
+	b, err := checkpoint.Encode(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), checkpoint.FileName)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestInspectEscapesControlCharacters: smarter-device-manager style IDs "\x00", "\x01", "\x02" are
+// printed as Go's %q prints them, never as raw control bytes, in the table and in --wide.
+func TestInspectEscapesControlCharacters(t *testing.T) {
+	resp, err := proto.Marshal(&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"TTY": "\x1b[31mred"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeCheckpoint(t, &checkpoint.Data{
+		PodDeviceEntries: []checkpoint.PodDevicesEntry{{
+			PodUID: "pod-1", ContainerName: "c\x07", ResourceName: "smarter-devices/ttyUSB",
+			DeviceIDs: checkpoint.DevicesPerNUMA{-1: {"\x00", "\x01"}}, AllocResp: resp,
+		}},
+		RegisteredDevices: map[string][]string{"smarter-devices/ttyUSB": {"\x00", "\x01", "\x02"}},
+	})
+	for _, mode := range [][]string{nil, {"--wide"}} {
+		code, out, errOut := inspect(t, append(mode, file)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", mode, code, errOut)
+		}
+		for _, want := range []string{`"\x00","\x01","\x02"`, `"\x00","\x01"`, `"c\a"`, `TTY="\x1b[31mred"`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: output lacks %s:\n%s", mode, want, out)
+			}
+		}
+		for i, r := range out {
+			if r != '\n' && !unicode.IsPrint(r) {
+				t.Fatalf("%v: output holds the raw control character %q at byte %d:\n%q", mode, r, i, out)
+			}
+		}
+	}
+}
+
+// TestInspectFitsTerminal: a checkpoint with long fields (a 64-device allocation, a long resource
+// name, a long environment value) fits 100 columns by default, keeps every registered device ID
+// (wrapped, not cut), says that cells were abbreviated, and --wide prints everything in full.
+func TestInspectFitsTerminal(t *testing.T) {
+	var ids []string
+	for i := range 64 {
+		ids = append(ids, fmt.Sprintf("GPU-%08x-aaaa-bbbb-cccc-%012d", i, i))
+	}
+	long := strings.Repeat("x", 300)
+	resp, err := proto.Marshal(&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"LONG": long}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := "vendor.example.com/a-rather-long-resource-name-for-accelerators"
+	file := writeCheckpoint(t, &checkpoint.Data{
+		PodDeviceEntries: []checkpoint.PodDevicesEntry{{
+			PodUID: "11111111-2222-4333-8444-000000000001", ContainerName: "trainer", ResourceName: res,
+			DeviceIDs: checkpoint.DevicesPerNUMA{0: ids[:32], 1: ids[32:]}, AllocResp: resp,
+		}},
+		RegisteredDevices: map[string][]string{res: ids},
+	})
+	code, out, errOut := inspect(t, file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 && !strings.HasPrefix(line, "file:") {
+			t.Errorf("line of %d columns, want at most 100: %s", n, line)
+		}
+	}
+	for _, id := range ids {
+		if !strings.Contains(out, id) {
+			t.Errorf("registered device %s lost by wrapping", id)
+		}
+	}
+	if !strings.Contains(out, "--wide") || strings.Contains(out, long) {
+		t.Errorf("default output should abbreviate the 300-character value and point at --wide:\n%s", out)
+	}
+	code, out, errOut = inspect(t, "--wide", file)
+	if code != 0 {
+		t.Fatalf("--wide: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "LONG="+long) || !strings.Contains(out, strings.Join(ids[:32], ",")) || !strings.Contains(out, res) {
+		t.Errorf("--wide does not print every field in full:\n%s", out)
+	}
+	if code, _, _ := inspect(t, "--width", "20", file); code != 2 {
+		t.Errorf("--width 20: exit %d, want 2", code)
 	}
 }
