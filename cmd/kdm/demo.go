@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -30,14 +29,14 @@ type demo struct {
 	pluginDr string
 	rootDir  string
 	podsDir  string // the agent's manifest directory
-	samples  string // sample manifests to copy in
+	samples  string // directory of sample manifests to copy in; "" for the embedded ones
 	start    time.Time
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kdm demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	samples := fs.String("pods", filepath.Join("testdata", "pods"), "directory of sample pod manifests")
+	samples := fs.String("pods", "", "directory of sample pod manifests (`DIR`, *.yaml, at least two); default: the built-in samples, copies of testdata/pods")
 	keep := fs.Bool("keep", false, "keep the demo's temporary directory")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
@@ -70,11 +69,13 @@ func (d *demo) say(format string, args ...any) {
 }
 
 func (d *demo) run(ctx context.Context) error {
-	samples, err := filepath.Glob(filepath.Join(d.samples, "*.yaml"))
-	if err != nil || len(samples) < 2 {
-		return fmt.Errorf("need at least two sample pod manifests in %s (run from the repository root or pass --pods)", d.samples)
+	samples, err := loadSamples(d.samples)
+	if err != nil {
+		return err
 	}
-	sort.Strings(samples)
+	if err := os.MkdirAll(d.podsDir, 0o750); err != nil {
+		return err
+	}
 	fmt.Fprintf(d.out, "kdm demo: a device manager, eight mock A100 GPUs, sample pods, the checkpoint and a restart.\nWorking in %s\n\n", d.base)
 
 	plugin, err := nvml.New(nvml.Config{Mock: "dgxa100", PluginDir: d.pluginDr, Logger: quiet()})
@@ -104,7 +105,7 @@ func (d *demo) run(ctx context.Context) error {
 
 	initial := samples[:len(samples)-1]
 	for _, s := range initial {
-		if err := copyFile(s, filepath.Join(d.podsDir, filepath.Base(s))); err != nil {
+		if err := s.writeInto(d.podsDir); err != nil {
 			return err
 		}
 	}
@@ -143,10 +144,10 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("(ml/inference's completed init container kept its GPUs too: --policy kdm; the kubelet would reject that pod, kubernetes #124345)")
 
 	last := samples[len(samples)-1]
-	if err := copyFile(last, filepath.Join(d.podsDir, filepath.Base(last))); err != nil {
+	if err := last.writeInto(d.podsDir); err != nil {
 		return err
 	}
-	d.say("Added one more pod: %s", filepath.Base(last))
+	d.say("Added one more pod: %s", last.name)
 	if err := d.waitFor(ctx, second.agent, "new pod admitted", func(st agent.NodeStatus) bool { return countAdmitted(st) == len(samples) }); err != nil {
 		return err
 	}
@@ -306,21 +307,6 @@ func shortUUIDs(list string) string {
 		out = append(out, id)
 	}
 	return strings.Join(out, ",")
-}
-
-func copyFile(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
-		return err
-	}
-	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
 }
 
 // quiet is a logger that drops everything: the demo tells its own story.
