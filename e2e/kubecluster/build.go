@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // KubernetesVersion is the version of k8s.io/kubernetes that test/kubebins pins; the apiserver
@@ -63,7 +64,12 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 		return Binaries{}, err
 	}
 	defer func() { _ = lock.Close() }()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+	err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		fmt.Fprintf(log, "kubecluster: another process is building into %s; waiting for it (lock %s)\n", root, lock.Name())
+		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX)
+	}
+	if err != nil {
 		return Binaries{}, fmt.Errorf("locking the kubebins cache: %w", err)
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
@@ -81,14 +87,21 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 		"-X k8s.io/component-base/version.gitMinor=36",
 		"-X k8s.io/component-base/version.gitTreeState=clean",
 	}, " ")
-	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", ldflags, "-o", tmp+"/",
+	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-ldflags", ldflags, "-o", tmp+"/",
 		"k8s.io/kubernetes/cmd/kube-apiserver", "./etcd")
 	cmd.Dir = moduleDir
-	cmd.Stdout, cmd.Stderr = log, log
-	fmt.Fprintf(log, "kubecluster: building kube-apiserver %s and etcd into %s (a cold build takes minutes)\n", KubernetesVersion, dir)
-	if err := cmd.Run(); err != nil {
+	fmt.Fprintf(log, "kubecluster: building kube-apiserver %s (k8s.io/kubernetes/cmd/kube-apiserver) and etcd (%s) with %s %s/%s into %s\n",
+		KubernetesVersion, filepath.Join(moduleDir, "etcd"), runtime.Version(), runtime.GOOS, runtime.GOARCH, dir)
+	fmt.Fprintf(log, "kubecluster: a cold build downloads the modules and compiles thousands of packages: minutes on an idle machine, "+
+		"much longer on a busy one; a progress line follows every %s\n", HeartbeatEvery)
+	progress := startProgress(log, HeartbeatEvery)
+	cmd.Stdout, cmd.Stderr = progress, progress
+	err = cmd.Run()
+	packages := progress.stop()
+	if err != nil {
 		return Binaries{}, fmt.Errorf("building kube-apiserver and etcd in %s: %w", moduleDir, err)
 	}
+	fmt.Fprintf(log, "kubecluster: built %d packages in %s\n", packages, time.Since(progress.start).Round(time.Second))
 	if err := os.RemoveAll(dir); err != nil {
 		return Binaries{}, err
 	}
