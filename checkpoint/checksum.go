@@ -7,8 +7,8 @@ import (
 
 // The checksum is FNV-1a 32 over the text that k8s.io/utils/dump.ForHash
 // (go-spew, "%#v", sorted keys) prints for the kubelet's unexported
-// checkpoint.checkpointData value. Spec §2.4 reduces that printer to a small
-// grammar; this file emits the grammar directly, with no reflection, straight
+// checkpoint.checkpointData value. docs/behaviour.md#checkpoint-checksum
+// reduces that printer to a small grammar; this file emits the grammar directly, with no reflection, straight
 // into the hash (the text itself is only materialised for tests and for the
 // V1 checksum). The go-spew based oracle lives in the tests only.
 
@@ -17,7 +17,7 @@ const (
 	fnvPrime32  uint32 = 0x01000193
 )
 
-// Grammar fragments (spec §2.4). The V2 type names are literally part of the
+// Grammar fragments (docs/behaviour.md#checkpoint-checksum). The V2 type names are literally part of the
 // hashed bytes.
 const (
 	gHead      = "(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)"
@@ -31,7 +31,7 @@ const (
 	gNil       = "<nil>"
 
 	// V1 names as go-spew printed them for the 1.20-1.29 checkpointDataV1
-	// type; the V1 checksum renames them afterwards (spec §2.6).
+	// type; the V1 checksum renames them afterwards (docs/behaviour.md#legacy-v1-checkpoints).
 	gHeadV1 = "(checkpoint.checkpointDataV1){PodDeviceEntries:([]checkpoint.PodDevicesEntryV1)"
 )
 
@@ -267,8 +267,8 @@ func appendInt(b []byte, v int64) []byte {
 	return append(b, tmp[i:]...)
 }
 
-// Checksum returns the kubelet's checksum of d: FNV-1a 32 over the spec §2.4
-// grammar text, which is what the kubelet's go-spew printer produces for the
+// Checksum returns the kubelet's checksum of d: FNV-1a 32 over the grammar text of
+// docs/behaviour.md#checkpoint-checksum, which is what the kubelet's go-spew printer produces for the
 // same values. nil and empty slices and maps hash differently. A nil d is
 // treated as the zero Data. Checksum does not modify d and is safe for
 // concurrent use as long as d is not being modified.

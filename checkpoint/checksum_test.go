@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// specVectors are the file contents of spec §2.3, each with its checksum as
-// verified against the upstream kubelet code.
+// specVectors are checkpoint files written by the upstream kubelet code, each with its checksum
+// (docs/behaviour.md#checkpoint-checksum lists the short ones).
 var specVectors = []struct {
 	name string
 	file string
@@ -41,7 +41,7 @@ var specVectors = []struct {
 	},
 }
 
-// TestSpecVectors decodes each §2.3 vector (which verifies its checksum),
+// TestSpecVectors decodes each vector (which verifies its checksum),
 // checks Checksum and the oracle give the published sum, and checks Encode
 // gives the file back byte for byte.
 func TestSpecVectors(t *testing.T) {
@@ -71,7 +71,8 @@ func TestSpecVectors(t *testing.T) {
 	}
 }
 
-// TestHashTextExample checks the start of the §2.4 example text.
+// TestHashTextExample checks the start of the hashed text of the three-entry vector
+// (docs/behaviour.md#checkpoint-checksum).
 func TestHashTextExample(t *testing.T) {
 	d, _, err := Decode([]byte(specVectors[4].file))
 	if err != nil {
@@ -88,7 +89,7 @@ func TestHashTextExample(t *testing.T) {
 	}
 }
 
-// TestNilVersusEmpty pins the §2.4 table: nil and empty values are distinct
+// TestNilVersusEmpty pins the nil-versus-empty rule of docs/behaviour.md#checkpoint-checksum: nil and empty values are distinct
 // in both the JSON and the hashed text.
 func TestNilVersusEmpty(t *testing.T) {
 	cases := []struct {
@@ -134,7 +135,7 @@ func TestNilVersusEmpty(t *testing.T) {
 }
 
 // TestChecksumV1 checks the V1 checksum against the legacy-v1-valid golden
-// (written by kubelet 1.29's V1 code) and the §2.6 example.
+// (written by kubelet 1.29's V1 code) and the example of docs/behaviour.md#legacy-v1-checkpoints.
 func TestChecksumV1(t *testing.T) {
 	cases := []struct {
 		name string
@@ -142,7 +143,7 @@ func TestChecksumV1(t *testing.T) {
 		sum  uint32
 	}{
 		{"legacy-v1-valid golden", string(readGolden(t, "legacy-v1-valid")), 1965403029},
-		{"spec 2.6 example", `{"Data":{"PodDeviceEntries":[{"PodUID":"p1","ContainerName":"c1","ResourceName":"example.com/gpu","DeviceIDs":["gpu-0","gpu-1"],"AllocResp":""}],"RegisteredDevices":{"example.com/gpu":["gpu-0","gpu-1"]}},"Checksum":719163963}`, 719163963},
+		{"documented V1 example", `{"Data":{"PodDeviceEntries":[{"PodUID":"p1","ContainerName":"c1","ResourceName":"example.com/gpu","DeviceIDs":["gpu-0","gpu-1"],"AllocResp":""}],"RegisteredDevices":{"example.com/gpu":["gpu-0","gpu-1"]}},"Checksum":719163963}`, 719163963},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,7 +3,7 @@ package checkpoint
 import "bytes"
 
 // podDevicesEntryV1 and dataV1 mirror the pre-1.20 (V1) layout, where an
-// entry's DeviceIDs is a flat list without NUMA information (spec §2.6).
+// entry's DeviceIDs is a flat list without NUMA information (docs/behaviour.md#legacy-v1-checkpoints).
 type podDevicesEntryV1 struct {
 	PodUID        string
 	ContainerName string

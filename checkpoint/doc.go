@@ -5,7 +5,7 @@
 // The package knows nothing about plugins or pods: it maps between the file
 // and Data (allocations per pod, container and resource, with device IDs per
 // NUMA node and the plugin's raw AllocateResponse bytes, plus the healthy
-// devices per resource). See spec §2 for the format.
+// devices per resource). See docs/behaviour.md#checkpoint-format.
 //
 // # Format
 //
@@ -29,7 +29,7 @@
 // The kubelet's checksum is FNV-1a 32 over go-spew's "%#v" dump of its
 // unexported checkpoint.checkpointData value, so Go package and type names
 // are part of the hashed text. Rather than declaring look-alike types and
-// running reflection, Checksum emits the grammar of that text (spec §2.4)
+// running reflection, Checksum emits the grammar of that text (docs/behaviour.md#checkpoint-checksum)
 // directly into the hash. Two observations make it fast: an FNV-1a step only
 // XORs into the low byte, so hashing any constant piece of text is one
 // multiply plus one lookup keyed by the incoming low byte; and most of the

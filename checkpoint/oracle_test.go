@@ -66,7 +66,7 @@ type checkpointDataV1 struct {
 	RegisteredDevices map[string][]string
 }
 
-// oracleChecksumV1 is the V1 checksum of kubelets 1.20 to 1.29 (spec §2.6).
+// oracleChecksumV1 is the V1 checksum of kubelets 1.20 to 1.29 (docs/behaviour.md#legacy-v1-checkpoints).
 func oracleChecksumV1(d *dataV1) uint32 {
 	m := checkpointDataV1{RegisteredDevices: d.RegisteredDevices}
 	if d.PodDeviceEntries != nil {

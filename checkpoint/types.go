@@ -51,7 +51,7 @@ const (
 	// an object keyed by NUMA node.
 	LayoutV2 Layout = iota
 	// LayoutV1 is the pre-1.20 layout: DeviceIDs is a flat list of IDs and
-	// the checksum uses the 1.19 type names (spec §2.6).
+	// the checksum uses the 1.19 type names (docs/behaviour.md#legacy-v1-checkpoints).
 	LayoutV1
 )
 

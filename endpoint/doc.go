@@ -14,9 +14,10 @@
 //   - Wire behaviour is the kubelet's: insecure credentials, authority "localhost", a unix
 //     socket dialer, a blocking connect retried with gRPC's backoff for up to 10s, one
 //     ContainerAllocateRequest per Allocate, one ContainerPreferredAllocationRequest with the
-//     size passed through, PreStartContainer bounded by 30s. Error strings the spec quotes are
-//     kept ("failed to dial device plugin: …", "failed to get device plugin options: …",
-//     "endpoint <resourceName> has been stopped"), with the cause wrapped by %w.
+//     size passed through, PreStartContainer bounded by 30s. The kubelet's error strings
+//     (docs/behaviour.md#registration) are kept ("failed to dial device plugin: …",
+//     "failed to get device plugin options: …", "endpoint <resourceName> has been stopped"),
+//     with the cause wrapped by %w.
 //   - grpc.DialContext with WithBlock is deprecated; the blocking dial is grpc.NewClient plus
 //     Connect and WaitForStateChange until Ready, so a socket nobody listens on fails within
 //     DialTimeout with the kubelet's text, "failed to dial device plugin: context deadline
