@@ -16,25 +16,36 @@ import (
 
 // watchManifests keeps the agent's pods in step with the manifest directory: at start, on
 // every file event and every ResyncPeriod. After the first pass every pod of the directory
-// has been admitted, and the source reports ready through sourceReady.
+// has been admitted, and the source reports ready through sourceReady. A directory that does
+// not exist is never created: it is logged and watched until it appears (see manifestDir). A
+// manifest that fails to parse within manifestDebounce of being written is read again shortly
+// instead of being reported: it is most likely still being written.
 func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
-	dir := a.cfg.PodManifestPath
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("creating pod manifest directory: %w", err)
-	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = w.Close() }()
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watching %s: %w", dir, err)
-	}
+	dir := &manifestDir{path: a.cfg.PodManifestPath, w: w, log: a.log}
 	// The sources count as ready once the first listing's pods that ran before a restart are
 	// admitted again (they keep their devices through the manager's bypass only until then), or
-	// wait for their plugin. New pods and waiting pods hold up nothing.
-	src := newManifestSource(dir)
-	for _, settled := range a.syncManifests(ctx, src) {
+	// wait for their plugin. New pods and waiting pods hold up nothing. A missing directory
+	// counts as an empty one.
+	src := newManifestSource(dir.path)
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	sync := func() []<-chan struct{} {
+		if !dir.check() {
+			return nil
+		}
+		settled := a.syncManifests(ctx, src)
+		if d := src.retryIn(); d > 0 {
+			retry.Reset(d)
+		}
+		return settled
+	}
+	for _, settled := range sync() {
 		select {
 		case <-settled:
 		case <-ctx.Done():
@@ -70,11 +81,13 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 			}
 			quiet.Stop()
 			limit.Stop()
-			_ = a.syncManifests(ctx, src)
+			_ = sync()
 		case err := <-w.Errors:
-			a.log.Error(err, "Pod manifest watch error", "path", dir)
+			a.log.Error(err, "Pod manifest watch error", "path", dir.path)
+		case <-retry.C:
+			_ = sync()
 		case <-t.C:
-			_ = a.syncManifests(ctx, src)
+			_ = sync()
 		}
 	}
 }
@@ -149,22 +162,35 @@ func (a *Agent) dropStaleResults() {
 // a restart with other device requests than its spec now names is admitted with the requests
 // it was admitted with, and a warning: a running container's devices do not change.
 func (a *Agent) track(ctx context.Context, source string, pod *v1.Pod) (<-chan struct{}, bool) {
-	a.mu.Lock()
-	tracked, ok := a.pods[pod.UID]
-	prev := a.results[pod.UID]
-	a.mu.Unlock()
-	if ok {
-		if tracked == pod {
-			return nil, false
-		}
-		if prev == nil || prev.Reason != ReasonInvalidPod {
-			a.noteKept(tracked, requestsWarning(admittedRequestsOf(tracked), pod))
-			return nil, false
-		}
-		a.untrack(pod.UID) // rejected as invalid; its new version is a new admission
-		prev = nil
+	prev, kept := a.settleVersion(pod, func(tracked *v1.Pod) string { return requestsWarning(admittedRequestsOf(tracked), pod) })
+	if kept {
+		return nil, false
 	}
 	return a.startTracking(ctx, source, a.keepAdmittedRequests(pod, prev))
+}
+
+// settleVersion weighs a source's version of a pod against the tracked one. kept is true when
+// the tracked pod stays: the version is the same, or the tracked pod was not rejected as
+// invalid, in which case warning(tracked) is noted on it. Otherwise the caller admits pod;
+// prev is the pod's earlier result (nil once a pod rejected as invalid was dropped to be
+// judged anew).
+func (a *Agent) settleVersion(pod *v1.Pod, warning func(tracked *v1.Pod) string) (prev *PodResult, kept bool) {
+	a.mu.Lock()
+	tracked, ok := a.pods[pod.UID]
+	prev = a.results[pod.UID]
+	a.mu.Unlock()
+	if !ok {
+		return prev, false
+	}
+	if tracked == pod {
+		return nil, true
+	}
+	if prev == nil || prev.Reason != ReasonInvalidPod {
+		a.noteKept(tracked, warning(tracked))
+		return nil, true
+	}
+	a.untrack(pod.UID) // rejected as invalid; its new version is a new admission
+	return nil, false
 }
 
 // startTracking adds an untracked pod to the agent's pods and starts its admission, as track
@@ -315,6 +341,7 @@ func (a *Agent) release(pod *v1.Pod) {
 		a.log.Error(err, "Failed to remove pod result", "pod", klog.KObj(pod))
 	}
 	a.log.Info("Pod removed; devices released", "pod", klog.KObj(pod), "podUID", pod.UID)
+	a.events.podRemoved(pod.UID, pod.Namespace, pod.Name)
 }
 
 // record writes the result and then publishes it, unless the pod was removed meanwhile.
@@ -333,6 +360,7 @@ func (a *Agent) record(pod *v1.Pod, r *PodResult) {
 	a.results[pod.UID] = r
 	fromAPI := a.podSource[pod.UID] == sourceAPI
 	a.mu.Unlock()
+	a.events.podRecorded(r)
 	if r.Phase == PhaseRejected {
 		a.manager.UpdateAllocatedDevices()
 	}

@@ -45,6 +45,8 @@ type Agent struct {
 
 	recordMu sync.Mutex // serialises writing and publishing pod results
 
+	events *eventLog // the status page's timeline (events.go)
+
 	admissions sync.WaitGroup
 }
 
@@ -84,6 +86,7 @@ func New(cfg Config) (*Agent, error) {
 		results:       map[types.UID]*PodResult{},
 		inflight:      map[types.UID]*admission{},
 		lastAdmission: map[string]*admission{},
+		events:        newEventLog(time.Now),
 	}
 	if cfg.KubeClient != nil {
 		a.kube = newKubePodSource(a)
@@ -114,6 +117,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.events.started(len(running))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := a.manager.Start(ctx, devicemanager.Sources{
@@ -151,6 +155,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		spawn("http", a.serveHTTP)
 	}
 	spawn("health updates", a.watchHealth)
+	spawn("device events", a.watchDevices)
 	type podSource struct {
 		name string
 		run  func(ctx context.Context, sourceReady func()) error

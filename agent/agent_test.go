@@ -41,6 +41,10 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	// The agent never creates its manifest directory; the operator (here, the fixture) does.
+	if err := os.Mkdir(filepath.Join(base, "pods"), 0o750); err != nil {
+		t.Fatal(err)
+	}
 	return &fixture{t: t, base: base, plugins: filepath.Join(base, "dp"), root: filepath.Join(base, "root"), pods: filepath.Join(base, "pods")}
 }
 

@@ -24,9 +24,10 @@ type NodeStatus struct {
 	Pods        []*PodResult     `json:"pods"`
 }
 
-// serveHTTP serves /healthz (with the "device-plugin" check), /metrics and /status until ctx
-// ends or the server fails. On ctx end it shuts down gracefully for at most httpShutdownTimeout,
-// then closes the remaining connections hard, so slow clients cannot hold the agent's stop.
+// serveHTTP serves /healthz (with the "device-plugin" check), /metrics, /status and the status
+// page (/, page.go) until ctx ends or the server fails. On ctx end it shuts down gracefully for
+// at most httpShutdownTimeout, then closes the remaining connections hard, so slow clients
+// cannot hold the agent's stop.
 func (a *Agent) serveHTTP(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -41,6 +42,9 @@ func (a *Agent) serveHTTP(ctx context.Context) error {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(a.Status())
 	})
+	if err := a.pageHandlers(ctx, mux); err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", a.cfg.HealthzBindAddress)
 	if err != nil {
 		return err

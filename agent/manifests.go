@@ -28,6 +28,12 @@ const MaxManifestSize = 10 << 20
 // times. Such a file is read again on the next pass; its content hash avoids a re-parse.
 const manifestSettle = 2 * time.Second
 
+// manifestDebounce is how long after its last change a manifest that cannot be used (empty,
+// unparseable, not a valid pod) is taken to be still in the writing: cp and shell redirections
+// create the file and fill it in several writes. Such a file is read again once it is this old
+// before its problem is reported (and, if it fails validation, before its pod is rejected).
+const manifestDebounce = 200 * time.Millisecond
+
 // manifestPod is a pod read from the manifest directory, with the file it came from. A pod
 // that failed validation carries the reason in invalid; if its own UID was unusable, its UID
 // is a key derived from the file's name and content.
@@ -52,6 +58,11 @@ type manifestSource struct {
 	now   func() time.Time         // for the settle check; time.Now outside tests
 	read  func(path string, limit int64) ([]byte, os.FileInfo, error)
 	seen  map[string]map[string]bool // problems reported per file, reset when the file changes
+	// debounce is manifestDebounce for a watching source, zero for a one-shot read.
+	debounce time.Duration
+	// retryAt is when the earliest file held back by manifestDebounce in the last scan is old
+	// enough to be judged; zero when none was.
+	retryAt time.Time
 }
 
 // manifestFile is what the source knows of one file.
@@ -95,12 +106,15 @@ func stampOf(fi os.FileInfo) fileStamp {
 
 func newManifestSource(dir string) *manifestSource {
 	return &manifestSource{dir: dir, files: map[string]*manifestFile{}, owner: map[types.UID]string{},
-		seen: map[string]map[string]bool{}, now: time.Now, read: readManifestFile}
+		seen: map[string]map[string]bool{}, now: time.Now, read: readManifestFile, debounce: manifestDebounce}
 }
 
-// readManifests reads every manifest in dir once, as a fresh source's first scan does.
+// readManifests reads every manifest in dir once, as a fresh source's first scan does, except
+// that no file is held back as still being written: there is no second look.
 func readManifests(dir string) (map[types.UID]manifestPod, []error) {
-	pods, problems, err := newManifestSource(dir).scan()
+	src := newManifestSource(dir)
+	src.debounce = 0
+	pods, problems, err := src.scan()
 	if err != nil {
 		return nil, append(problems, err)
 	}
@@ -125,6 +139,7 @@ func (s *manifestSource) scan() (map[types.UID]manifestPod, []error, error) {
 	}
 	var problems []error
 	listed := map[string]bool{}
+	s.retryAt = time.Time{}
 	for _, e := range entries {
 		name := e.Name()
 		if !isManifestName(name) {
@@ -200,19 +215,30 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 	if f.read && f.hash == hash {
 		return false, nil // this content was handled, and any problem with it reported
 	}
-	f.hash, f.read = hash, true
 	if f.last != nil && f.lastHash == hash {
+		f.hash, f.read = hash, true
 		return false, nil // back to the last good version, after an empty or partial one
 	}
+	var pod *v1.Pod
+	var perr, verr error
 	if len(bytes.TrimSpace(data)) == 0 {
-		return false, fmt.Errorf("pod manifest %s is empty; skipped", path)
+		perr = fmt.Errorf("pod manifest %s is empty; skipped", path)
+	} else if pod, perr = decodeManifest(data); perr != nil {
+		perr = fmt.Errorf("pod manifest %s: %w", path, perr)
+	} else {
+		verr = validatePod(pod)
 	}
-	pod, err := decodeManifest(data)
-	if err != nil {
-		return false, fmt.Errorf("pod manifest %s: %w", path, err)
+	// A file still being written is judged once it has been left alone for manifestDebounce;
+	// its hash is not recorded, so the next pass reads it again.
+	if (perr != nil || verr != nil) && s.holdBack(stamp) {
+		return false, nil
+	}
+	f.hash, f.read = hash, true
+	if perr != nil {
+		return false, perr
 	}
 	mp := &manifestPod{pod: pod, path: path}
-	if verr := validatePod(pod); verr != nil {
+	if verr != nil {
 		mp.invalid = verr
 		if checkUID(string(pod.UID)) != "" {
 			// The pod's own UID cannot key it; the file's name and content can.
@@ -224,6 +250,28 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 	}
 	f.last, f.lastHash = mp, hash
 	return false, nil
+}
+
+// holdBack reports whether a file that changed at stamp is too young to be judged (see
+// manifestDebounce), and if so makes sure the source asks to be scanned again once it is not.
+func (s *manifestSource) holdBack(stamp fileStamp) bool {
+	ready := stamp.changedAt().Add(s.debounce)
+	if s.debounce <= 0 || !s.now().Before(ready) {
+		return false
+	}
+	if s.retryAt.IsZero() || ready.Before(s.retryAt) {
+		s.retryAt = ready
+	}
+	return true
+}
+
+// retryIn says how long after now the source wants another scan because a file was held back
+// by manifestDebounce; zero when it does not.
+func (s *manifestSource) retryIn() time.Duration {
+	if s.retryAt.IsZero() {
+		return 0
+	}
+	return max(s.retryAt.Sub(s.now()), time.Millisecond)
 }
 
 // changed forgets the problems reported for a file whose stamp moved: its next problem is

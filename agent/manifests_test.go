@@ -137,9 +137,9 @@ func TestManifestReadOnlyWhenChanged(t *testing.T) {
 		t.Fatalf("after a change: %d reads, pods %v", s.reads, pods)
 	}
 
-	// A file modified just now is read again on the next scan, but its unchanged content is
-	// neither parsed nor reported again.
-	s.now = time.Now
+	// A file modified just now (past manifestDebounce, well within manifestSettle) is read
+	// again on the next scan, but its unchanged content is neither parsed nor reported again.
+	s.now = func() time.Time { return time.Now().Add(manifestDebounce) }
 	s.write("bad.yaml", "kind: Pod\nmetadata: [[\n")
 	if _, problems := s.mustScan(); len(problems) != 1 {
 		t.Fatalf("new bad content: problems %v", problems)

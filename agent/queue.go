@@ -111,6 +111,7 @@ func (a *Agent) markPending(podUID, container, resource string) {
 		Warning: pod.Annotations[keptRequestsAnnotation]}
 	a.log.Info("Pod admission waits for a device plugin", "pod", klog.KObj(pod), "podUID", pod.UID,
 		"containerName", container, "resourceName", resource, "deadline", deadline)
+	a.events.podWaiting(pod.UID, container, resource, deadline)
 	a.record(pod, r)
 }
 

@@ -162,20 +162,9 @@ func (a *Agent) trackManifest(ctx context.Context, mp manifestPod) (<-chan struc
 		return a.track(ctx, sourceManifests, mp.pod)
 	}
 	pod := mp.pod
-	a.mu.Lock()
-	tracked, ok := a.pods[pod.UID]
-	prev := a.results[pod.UID]
-	a.mu.Unlock()
-	if ok {
-		if tracked == pod {
-			return nil, false
-		}
-		if prev == nil || prev.Reason != ReasonInvalidPod {
-			a.noteKept(tracked, invalidWarning(mp.invalid))
-			return nil, false
-		}
-		a.untrack(pod.UID) // its new version is judged anew
-		prev = nil
+	prev, kept := a.settleVersion(pod, func(*v1.Pod) string { return invalidWarning(mp.invalid) })
+	if kept {
+		return nil, false
 	}
 	if admitted := resultRequests(prev); admitted != nil {
 		if kept := withRequests(pod, admitted); validatePod(kept) == nil {

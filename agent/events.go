@@ -1,0 +1,313 @@
+package agent
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kdm-project/kdm/devicemanager"
+)
+
+// Event is one entry of the agent's timeline of recent events, as the status page shows it.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Kind is one of the Event* kinds.
+	Kind     string `json:"kind"`
+	Resource string `json:"resource,omitempty"`
+	// Pod is namespace/name.
+	Pod     string `json:"pod,omitempty"`
+	Message string `json:"message"`
+}
+
+// Event kinds.
+const (
+	EventStarted      = "Started"      // the agent started (or restarted)
+	EventRegistered   = "Registered"   // a device plugin registered, or registered again
+	EventDisconnected = "Disconnected" // a plugin went away; its resource is in its grace period
+	EventRemoved      = "Removed"      // a resource was removed after its grace period
+	EventHealth       = "Health"       // a device changed health while its plugin ran
+	EventAdmitted     = "Admitted"
+	EventWaiting      = "Waiting" // admission waits for a device plugin
+	EventRejected     = "Rejected"
+	EventPodRemoved   = "PodRemoved"
+)
+
+// maxEvents bounds the timeline; older events are dropped.
+const maxEvents = 200
+
+// maxHealthEvents bounds the per-device health events one observation adds; the rest are
+// summed up in one more event.
+const maxHealthEvents = 8
+
+// podWait is what a waiting pod waits for.
+type podWait struct {
+	Container string
+	Resource  string
+	Deadline  time.Time
+}
+
+// eventLog keeps the timeline of recent events and the little history the status page needs
+// beyond the manager's and the agent's current state: which resources were removed and when,
+// and what each waiting pod waits for. It learns pod outcomes from the agent's calls and
+// endpoint and device changes by comparing successive manager snapshots (observe).
+//
+// It is safe for concurrent use; its mutex is its own and is never held while calling out.
+type eventLog struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	events  []Event // ring of at most maxEvents
+	next    int     // where the next event goes once the ring is full
+	changed chan struct{}
+
+	phases    map[types.UID]string
+	waits     map[types.UID]podWait
+	endpoints map[string]devicemanager.EndpointView // last observed, per resource
+	health    map[string]map[string]string          // last observed, resource → device → health
+	removed   map[string]time.Time                  // removed resources, until they come back
+}
+
+func newEventLog(now func() time.Time) *eventLog {
+	return &eventLog{
+		now:       now,
+		changed:   make(chan struct{}),
+		phases:    map[types.UID]string{},
+		waits:     map[types.UID]podWait{},
+		endpoints: map[string]devicemanager.EndpointView{},
+		health:    map[string]map[string]string{},
+		removed:   map[string]time.Time{},
+	}
+}
+
+// changes returns a channel closed at the next change of the log.
+func (l *eventLog) changes() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+// addLocked appends e, stamped now, and wakes the waiters. Callers hold mu.
+func (l *eventLog) addLocked(e Event) {
+	if e.Time.IsZero() {
+		e.Time = l.now()
+	}
+	if len(l.events) < maxEvents {
+		l.events = append(l.events, e)
+	} else {
+		l.events[l.next] = e
+		l.next = (l.next + 1) % maxEvents
+	}
+	l.signalLocked()
+}
+
+func (l *eventLog) signalLocked() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// recent returns the timeline, newest first.
+func (l *eventLog) recent() []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Event, 0, len(l.events))
+	for i := len(l.events) - 1; i >= 0; i-- {
+		out = append(out, l.events[(l.next+i)%len(l.events)])
+	}
+	return out
+}
+
+// started records the agent's start; restored is how many containers of an earlier run keep
+// their devices.
+func (l *eventLog) started(restored int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg := "kdm started"
+	if restored > 0 {
+		msg = fmt.Sprintf("kdm restarted; %d containers of the previous run keep their devices", restored)
+	}
+	l.addLocked(Event{Kind: EventStarted, Message: msg})
+}
+
+// podRecorded notes a pod's recorded result; a change of phase makes an event.
+func (l *eventLog) podRecorded(r *PodResult) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.Phase != PhasePending {
+		delete(l.waits, r.UID)
+	}
+	if l.phases[r.UID] == r.Phase {
+		return
+	}
+	l.phases[r.UID] = r.Phase
+	e := Event{Pod: r.Namespace + "/" + r.Name}
+	switch r.Phase {
+	case PhaseAdmitted:
+		e.Kind, e.Message = EventAdmitted, "admitted"+devicesSummary(r)
+	case PhasePending:
+		e.Kind, e.Message = EventWaiting, r.Message
+		e.Resource = l.waits[r.UID].Resource
+	case PhaseRejected:
+		e.Kind, e.Message = EventRejected, r.Reason+": "+r.Message
+	default:
+		e.Kind, e.Message = r.Phase, r.Message
+	}
+	l.addLocked(e)
+}
+
+// devicesSummary says which devices the pod got, as " with nvidia.com/gpu GPU-1, GPU-2".
+func devicesSummary(r *PodResult) string {
+	per := map[string][]string{}
+	var order []string
+	for _, c := range r.Containers {
+		for res, ids := range c.Devices() {
+			if _, ok := per[res]; !ok {
+				order = append(order, res)
+			}
+			per[res] = append(per[res], ids...)
+		}
+	}
+	s := ""
+	for i, res := range order {
+		if i == 0 {
+			s = " with "
+		} else {
+			s += "; "
+		}
+		s += fmt.Sprintf("%d × %s", len(per[res]), res)
+	}
+	return s
+}
+
+// podWaiting notes what a pod's admission waits for, shown until its phase changes.
+func (l *eventLog) podWaiting(uid types.UID, container, resource string, deadline time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waits[uid] = podWait{Container: container, Resource: resource, Deadline: deadline}
+	l.signalLocked()
+}
+
+// waitOf returns what the pod waits for, if known.
+func (l *eventLog) waitOf(uid types.UID) (podWait, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w, ok := l.waits[uid]
+	return w, ok
+}
+
+// podRemoved notes that a pod left the source and released its devices.
+func (l *eventLog) podRemoved(uid types.UID, namespace, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.waits, uid)
+	if _, ok := l.phases[uid]; !ok {
+		return
+	}
+	delete(l.phases, uid)
+	l.addLocked(Event{Kind: EventPodRemoved, Pod: namespace + "/" + name, Message: "removed; devices released"})
+}
+
+// removedResources returns the resources removed after their grace period, and when.
+func (l *eventLog) removedResources() map[string]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]time.Time, len(l.removed))
+	for k, v := range l.removed {
+		out[k] = v
+	}
+	return out
+}
+
+// observe compares the manager's snapshot with the previous one and records registrations,
+// disconnects, removals and device health changes. Calls may come from several goroutines;
+// each snapshot must be taken before its call, and a stale snapshot only repeats a change.
+func (l *eventLog) observe(views []devicemanager.ResourceView, grace time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]bool{}
+	healthEvents := 0
+	for _, v := range views {
+		seen[v.Name] = true
+		prev, known := l.endpoints[v.Name]
+		l.endpoints[v.Name] = v.Endpoint
+		switch ep := v.Endpoint; {
+		case ep.State == devicemanager.EndpointNone:
+			if known && prev.State != devicemanager.EndpointNone {
+				l.removeLocked(v.Name)
+			}
+		case ep.State == devicemanager.EndpointRunning && (!known || prev.Instance != ep.Instance || prev.State != ep.State):
+			delete(l.removed, v.Name)
+			verb := "registered"
+			if known && prev.State != devicemanager.EndpointNone {
+				verb = "registered again"
+			}
+			l.addLocked(Event{Kind: EventRegistered, Resource: v.Name,
+				Message: fmt.Sprintf("device plugin %s on %s", verb, ep.Socket)})
+		case ep.State == devicemanager.EndpointStopped && (!known || prev.State != ep.State || prev.Instance != ep.Instance):
+			delete(l.removed, v.Name)
+			msg := fmt.Sprintf("device plugin disconnected; capacity kept for the %s grace period", grace)
+			if ep.Socket == "" {
+				msg = fmt.Sprintf("restored from the checkpoint; waiting up to %s for its device plugin to register", grace)
+			}
+			l.addLocked(Event{Kind: EventDisconnected, Resource: v.Name, Message: msg})
+		}
+		healthEvents += l.observeHealthLocked(v, prev, known, healthEvents)
+	}
+	for name, prev := range l.endpoints {
+		if seen[name] {
+			continue
+		}
+		if prev.State != devicemanager.EndpointNone {
+			l.removeLocked(name)
+		}
+		delete(l.endpoints, name)
+		delete(l.health, name)
+	}
+}
+
+// removeLocked records the removal of a resource. Callers hold mu.
+func (l *eventLog) removeLocked(name string) {
+	if _, ok := l.removed[name]; ok {
+		return
+	}
+	l.removed[name] = l.now()
+	l.addLocked(Event{Kind: EventRemoved, Resource: name,
+		Message: "resource removed: its device plugin stayed away past the grace period"})
+}
+
+// observeHealthLocked records the devices of v whose health changed in the lists of one
+// running plugin instance: not the changes of a disconnect (every device turns unhealthy,
+// which the Disconnected event says once) or of a new instance's first list. already is how
+// many health events this observation added before; it returns how many it added. Callers
+// hold mu.
+func (l *eventLog) observeHealthLocked(v devicemanager.ResourceView, prevEndpoint devicemanager.EndpointView, known bool, already int) int {
+	prev := l.health[v.Name]
+	now := make(map[string]string, len(v.Devices))
+	for _, d := range v.Devices {
+		now[d.ID] = d.Health
+	}
+	l.health[v.Name] = now
+	if prev == nil || !known || prevEndpoint.Instance != v.Endpoint.Instance || !prevEndpoint.Listed ||
+		v.Endpoint.State != devicemanager.EndpointRunning || prevEndpoint.State != devicemanager.EndpointRunning {
+		return 0
+	}
+	added, skipped := 0, 0
+	for _, d := range v.Devices {
+		was, ok := prev[d.ID]
+		if !ok || was == d.Health {
+			continue
+		}
+		if already+added >= maxHealthEvents {
+			skipped++
+			continue
+		}
+		added++
+		l.addLocked(Event{Kind: EventHealth, Resource: v.Name, Message: fmt.Sprintf("device %s is %s", d.ID, d.Health)})
+	}
+	if skipped > 0 {
+		added++
+		l.addLocked(Event{Kind: EventHealth, Resource: v.Name, Message: fmt.Sprintf("%d more devices changed health", skipped)})
+	}
+	return added
+}

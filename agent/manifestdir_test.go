@@ -1,0 +1,171 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+)
+
+// runLogged starts an agent with cfg (directories from f) whose log is kept in memory, and
+// returns it with a function returning the log so far. The agent stops when the test ends.
+func (f *fixture) runLogged(cfg Config) (*Agent, func() string) {
+	f.t.Helper()
+	cfg.RootDir, cfg.DevicePluginDir = f.root, f.plugins
+	logger := ktesting.NewLogger(f.t, ktesting.NewConfig(ktesting.Verbosity(4), ktesting.BufferLogs(true)))
+	cfg.Logger = logger
+	a, err := New(cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	f.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			f.t.Errorf("Run: %v", err)
+		}
+	})
+	f.waitFor(a, "kubelet.sock", func(NodeStatus) bool {
+		_, err := os.Stat(filepath.Join(f.plugins, "kubelet.sock"))
+		return err == nil
+	})
+	return a, func() string { return logger.GetSink().(ktesting.Underlier).GetBuffer().String() }
+}
+
+// waitLog waits until the log holds every one of want.
+func (f *fixture) waitLog(logs func() string, want ...string) {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := logs()
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %q in the log:\n%s", missing, got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestManifestPathMissingIsWatched: a --pod-manifest-path that does not exist is logged at start
+// and not created; the agent is ready meanwhile; once an operator creates it (two levels deep,
+// one level at a time) its pods are admitted through the file watch alone: the resync period is
+// an hour.
+func TestManifestPathMissingIsWatched(t *testing.T) {
+	f := newFixture(t)
+	missing := filepath.Join(f.base, "typo", "pods")
+	a, logs := f.runLogged(Config{PodManifestPath: missing, ResyncPeriod: time.Hour})
+	f.plugin("g0", "g1")
+	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitLog(logs, "Pod manifest path does not exist; watching for it to appear", `path="`+missing+`"`)
+	if !a.ready.Load() {
+		t.Fatalf("a missing manifest directory holds up readiness")
+	}
+	if _, err := os.Stat(filepath.Join(f.base, "typo")); !os.IsNotExist(err) {
+		t.Fatalf("the agent created (part of) the missing manifest path: %v", err)
+	}
+
+	if err := os.Mkdir(filepath.Join(f.base, "typo"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // let the watch move down one level
+	if err := os.Mkdir(missing, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(missing, "late.yaml"), []byte(manifestBody("late", "uid-late", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(a, "late admitted", func(st NodeStatus) bool { p := phase(st, "late"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitLog(logs, "Pod manifest path appeared; admitting its pods")
+	if n := strings.Count(logs(), "Pod manifest path does not exist"); n != 1 {
+		t.Fatalf("the missing path was logged %d times, want once", n)
+	}
+}
+
+// TestManifestHalfWrittenIsNotReported: a manifest written in two pieces a moment apart, as cp or
+// a shell heredoc may, is admitted without the half-written version being logged as invalid; a
+// file that stays invalid is still reported, once it has been left alone for manifestDebounce.
+func TestManifestHalfWrittenIsNotReported(t *testing.T) {
+	f := newFixture(t)
+	a, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
+	f.plugin("g0", "g1")
+	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+
+	body := manifestBody("copied", "uid-copied", 1)
+	cut := strings.Index(body, "name:") + 3 // "metadata:\n  nam": no name yet
+	file, err := os.Create(filepath.Join(f.pods, "copied.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := file.WriteString(body[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond) // past the 20 ms event coalescing, within manifestDebounce
+	if _, err := file.WriteString(body[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := file.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(a, "copied admitted", func(st NodeStatus) bool { p := phase(st, "copied"); return p != nil && p.Phase == PhaseAdmitted })
+	if strings.Contains(logs(), "Skipped pod manifest") {
+		t.Fatalf("the half-written manifest was reported:\n%s", logs())
+	}
+
+	// A manifest that stays broken is reported, with no further event to prompt the read.
+	if err := os.WriteFile(filepath.Join(f.pods, "broken.yaml"), []byte("kind: Service\nmetadata: {name: x}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLog(logs, "Skipped pod manifest", `broken.yaml: kind is \"Service\"`)
+}
+
+// TestManifestDebounce: on the source's own clock, a file that cannot be used is held back, with
+// a retry asked for, while younger than manifestDebounce, and reported after; a good file is
+// used at once.
+func TestManifestDebounce(t *testing.T) {
+	s := newTestSource(t)
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	s.write("a.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  na")
+	fi, err := os.Stat(filepath.Join(s.dir, "a.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := stampOf(fi).changedAt()
+
+	clock = written.Add(manifestDebounce / 4)
+	if pods, problems := s.mustScan(); len(pods) != 0 || len(problems) != 0 {
+		t.Fatalf("young partial file: pods %v, problems %v; want nothing yet", pods, problems)
+	}
+	if d := s.retryIn(); d <= 0 || d > manifestDebounce {
+		t.Fatalf("retryIn %v, want a retry within %v", d, manifestDebounce)
+	}
+	clock = written.Add(manifestDebounce)
+	if _, problems := s.mustScan(); len(problems) != 1 || !strings.Contains(problems[0], "a.yaml: not a valid pod") {
+		t.Fatalf("settled partial file: problems %v, want it reported", problems)
+	}
+	if d := s.retryIn(); d != 0 {
+		t.Fatalf("retryIn %v after the file was judged, want 0", d)
+	}
+
+	// A good file is used at once, however young.
+	s.write("b.yaml", manifestBody("b", "uid-b", 1))
+	clock = time.Now().Add(-time.Second)
+	if pods, _ := s.mustScan(); pods["b"] != "uid-b" {
+		t.Fatalf("young good file: pods %v", pods)
+	}
+}

@@ -1,0 +1,343 @@
+package agent
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kdm-project/kdm/devicemanager"
+)
+
+// The status page: a read-only view of the node served at / beside /status. page/ holds
+// plain HTML, CSS and JavaScript, embedded in the binary; the page renders PageState, which
+// /api/state serves once and /api/stream pushes as server-sent events whenever it changes.
+
+//go:embed page
+var pageFiles embed.FS
+
+// PageState is the node as the status page shows it.
+type PageState struct {
+	// Node is the node name, if the agent has one.
+	Node string `json:"node,omitempty"`
+	// Time is when the state was taken.
+	Time               time.Time      `json:"time"`
+	GracePeriodSeconds float64        `json:"gracePeriodSeconds"`
+	Resources          []PageResource `json:"resources"`
+	Pods               []PagePod      `json:"pods"`
+	// Events are the most recent events, newest first.
+	Events []Event `json:"events"`
+}
+
+// PageResource is one device resource: its published capacity and allocatable, its endpoint
+// and its devices.
+type PageResource struct {
+	Name        string       `json:"name"`
+	Capacity    int64        `json:"capacity"`
+	Allocatable int64        `json:"allocatable"`
+	Endpoint    PageEndpoint `json:"endpoint"`
+	Devices     []PageDevice `json:"devices"`
+}
+
+// PageEndpoint is the state of a resource's device plugin.
+type PageEndpoint struct {
+	// State is Running, Stopped (within or past its grace period), None (no plugin, devices
+	// still held) or Removed (removed after the grace period).
+	State  string `json:"state"`
+	Socket string `json:"socket,omitempty"`
+	// Restored is true for a resource restored from the checkpoint whose plugin has not
+	// registered since the agent started.
+	Restored  bool       `json:"restored,omitempty"`
+	StoppedAt *time.Time `json:"stoppedAt,omitempty"`
+	// GraceRemainingMs is what is left of the grace period of a stopped endpoint, at Time.
+	GraceRemainingMs int64      `json:"graceRemainingMs,omitempty"`
+	RemovedAt        *time.Time `json:"removedAt,omitempty"`
+}
+
+// EndpointRemoved is PageEndpoint.State for a resource removed after its grace period.
+const EndpointRemoved = "Removed"
+
+// PageDevice is one device with its health, NUMA nodes and holders.
+type PageDevice struct {
+	ID        string       `json:"id"`
+	Health    string       `json:"health"`
+	NUMANodes []int64      `json:"numa"`
+	Holders   []PageHolder `json:"holders,omitempty"`
+	Reserved  bool         `json:"reserved,omitempty"`
+}
+
+// PageHolder is a container holding a device.
+type PageHolder struct {
+	// Pod is namespace/name, or the pod UID for a pod the agent no longer tracks.
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+}
+
+// PagePod is one pod's admission outcome.
+type PagePod struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	Phase     string    `json:"phase"`
+	Reason    string    `json:"reason,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	Warning   string    `json:"warning,omitempty"`
+	Updated   time.Time `json:"updated"`
+	// Waiting says what a Pending pod waits for, when known.
+	Waiting    *PageWait       `json:"waiting,omitempty"`
+	Containers []PageContainer `json:"containers,omitempty"`
+}
+
+// PageWait is what a waiting pod waits for and until when.
+type PageWait struct {
+	Container string    `json:"container"`
+	Resource  string    `json:"resource"`
+	Deadline  time.Time `json:"deadline"`
+	// RemainingMs is the time left until Deadline, at PageState.Time.
+	RemainingMs int64 `json:"remainingMs"`
+}
+
+// PageContainer is one container's devices per resource.
+type PageContainer struct {
+	Name    string              `json:"name"`
+	Init    bool                `json:"init,omitempty"`
+	Sidecar bool                `json:"sidecar,omitempty"`
+	Devices map[string][]string `json:"devices,omitempty"`
+}
+
+// gracePeriod is the stopped-endpoint grace period in force.
+func (a *Agent) gracePeriod() time.Duration {
+	if a.cfg.GracePeriod > 0 {
+		return a.cfg.GracePeriod
+	}
+	return devicemanager.DefaultGracePeriod
+}
+
+// PageState takes the status page's view of the node. Like Status, it publishes capacity
+// through GetCapacity, which removes resources whose grace period is over.
+func (a *Agent) PageState() PageState {
+	capacity, allocatable, removed := a.manager.GetCapacity()
+	if len(removed) > 0 { // logged here, as syncNodeStatus would have, since this call removed them
+		a.log.Info("Device plugin resources removed from the node", "resourceNames", removed)
+	}
+	views := a.manager.Resources()
+	a.events.observe(views, a.gracePeriod())
+	now := time.Now()
+	st := PageState{Node: a.cfg.NodeName, Time: now.UTC(), GracePeriodSeconds: a.gracePeriod().Seconds(),
+		Pods: []PagePod{}, Events: a.events.recent()}
+
+	a.mu.Lock()
+	names := map[types.UID]string{}
+	for uid, p := range a.pods {
+		names[uid] = p.Namespace + "/" + p.Name
+	}
+	results := make([]*PodResult, 0, len(a.results))
+	for uid, r := range a.results {
+		names[uid] = r.Namespace + "/" + r.Name
+		results = append(results, r)
+	}
+	a.mu.Unlock()
+
+	st.Resources = a.pageResources(views, capacity, allocatable, names)
+	sort.Slice(st.Resources, func(i, j int) bool { return st.Resources[i].Name < st.Resources[j].Name })
+
+	for _, r := range results {
+		st.Pods = append(st.Pods, a.pagePod(r, now))
+	}
+	sort.Slice(st.Pods, func(i, j int) bool {
+		if st.Pods[i].Namespace != st.Pods[j].Namespace {
+			return st.Pods[i].Namespace < st.Pods[j].Namespace
+		}
+		return st.Pods[i].Name < st.Pods[j].Name
+	})
+	return st
+}
+
+// pageResources describes the manager's resources, and those removed after their grace
+// period, for the page; names maps pod UIDs to namespace/name.
+func (a *Agent) pageResources(views []devicemanager.ResourceView, capacity, allocatable v1.ResourceList,
+	names map[types.UID]string) []PageResource {
+	out := []PageResource{}
+	listed := map[string]bool{}
+	gone := a.events.removedResources()
+	for _, v := range views {
+		listed[v.Name] = true
+		r := PageResource{Name: v.Name, Devices: make([]PageDevice, 0, len(v.Devices)),
+			Capacity: quantity(capacity, v.Name), Allocatable: quantity(allocatable, v.Name)}
+		r.Endpoint = PageEndpoint{State: string(v.Endpoint.State), Socket: v.Endpoint.Socket}
+		if at, ok := gone[v.Name]; ok && v.Endpoint.State == devicemanager.EndpointNone {
+			at := at.UTC() // removed, but containers still hold some of its devices
+			r.Endpoint.State, r.Endpoint.RemovedAt = EndpointRemoved, &at
+		}
+		if v.Endpoint.State == devicemanager.EndpointStopped {
+			at := v.Endpoint.StoppedAt.UTC()
+			r.Endpoint.StoppedAt = &at
+			r.Endpoint.GraceRemainingMs = v.Endpoint.GraceRemaining.Milliseconds()
+			r.Endpoint.Restored = v.Endpoint.Socket == ""
+		}
+		for _, d := range v.Devices {
+			pd := PageDevice{ID: d.ID, Health: d.Health, NUMANodes: d.NUMANodes, Reserved: d.Reserved}
+			for _, h := range d.Holders {
+				pod := names[types.UID(h.PodUID)]
+				if pod == "" {
+					pod = h.PodUID
+				}
+				pd.Holders = append(pd.Holders, PageHolder{Pod: pod, Container: h.ContainerName})
+			}
+			r.Devices = append(r.Devices, pd)
+		}
+		out = append(out, r)
+	}
+	for name, at := range gone {
+		if listed[name] {
+			continue
+		}
+		at := at.UTC()
+		out = append(out, PageResource{Name: name, Devices: []PageDevice{},
+			Endpoint: PageEndpoint{State: EndpointRemoved, RemovedAt: &at}})
+	}
+	return out
+}
+
+// pagePod converts a pod's result for the page.
+func (a *Agent) pagePod(r *PodResult, now time.Time) PagePod {
+	p := PagePod{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Phase: r.Phase, Reason: r.Reason,
+		Message: r.Message, Warning: r.Warning, Updated: r.Updated}
+	if r.Phase == PhasePending {
+		if w, ok := a.events.waitOf(r.UID); ok {
+			p.Waiting = &PageWait{Container: w.Container, Resource: w.Resource, Deadline: w.Deadline.UTC(),
+				RemainingMs: max(w.Deadline.Sub(now).Milliseconds(), 0)}
+		}
+	}
+	for _, c := range r.Containers {
+		pc := PageContainer{Name: c.Name, Init: c.Init, Sidecar: c.Sidecar}
+		if devs := c.Devices(); len(devs) > 0 {
+			pc.Devices = devs
+		}
+		p.Containers = append(p.Containers, pc)
+	}
+	return p
+}
+
+// quantity is the resource's value in list, 0 if absent.
+func quantity(list v1.ResourceList, name string) int64 {
+	q, ok := list[v1.ResourceName(name)]
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+// watchDevices records registrations, disconnects, removals and health changes in the
+// timeline as they happen: at every device change and, for removals (which GetCapacity makes
+// without a change signal), every second.
+func (a *Agent) watchDevices(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		changed := a.manager.DeviceChanges()
+		a.events.observe(a.manager.Resources(), a.gracePeriod())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+// pageHandlers registers the status page on mux: / (the page), /ui/ (its assets),
+// /api/state (PageState as JSON) and /api/stream (PageState as server-sent events). Streams
+// end when ctx ends.
+func (a *Agent) pageHandlers(ctx context.Context, mux *http.ServeMux) error {
+	assets, err := fs.Sub(pageFiles, "page")
+	if err != nil {
+		return fmt.Errorf("status page assets: %w", err)
+	}
+	index, err := fs.ReadFile(assets, "index.html")
+	if err != nil {
+		return fmt.Errorf("status page assets: %w", err)
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		pageHeaders(w, "text/html; charset=utf-8")
+		_, _ = w.Write(index)
+	})
+	files := http.StripPrefix("/ui/", http.FileServerFS(assets))
+	mux.HandleFunc("GET /ui/", func(w http.ResponseWriter, r *http.Request) {
+		pageHeaders(w, "")
+		files.ServeHTTP(w, r)
+	})
+	mux.HandleFunc("GET /api/state", func(w http.ResponseWriter, _ *http.Request) {
+		pageHeaders(w, "application/json")
+		_ = json.NewEncoder(w).Encode(a.PageState())
+	})
+	mux.HandleFunc("GET /api/stream", func(w http.ResponseWriter, r *http.Request) { a.streamState(ctx, w, r) })
+	return nil
+}
+
+// pageHeaders keeps the page to its own assets and out of caches.
+func pageHeaders(w http.ResponseWriter, contentType string) {
+	h := w.Header()
+	if contentType != "" {
+		h.Set("Content-Type", contentType)
+	}
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+}
+
+// Stream pacing: a state is sent at every change, at most every streamMinGap, and at least
+// every streamTick (the page's heartbeat and the countdowns' resync).
+const (
+	streamMinGap     = 100 * time.Millisecond
+	streamTick       = time.Second
+	streamWriteLimit = 10 * time.Second
+)
+
+// streamState sends PageState as server-sent events ("state") until the client goes, a write
+// fails or stalls past streamWriteLimit, or ctx (the agent's) ends.
+func (a *Agent) streamState(ctx context.Context, w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	pageHeaders(w, "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	tick := time.NewTicker(streamTick)
+	defer tick.Stop()
+	for {
+		devices, events := a.manager.DeviceChanges(), a.events.changes()
+		data, err := json.Marshal(a.PageState())
+		if err != nil {
+			a.log.Error(err, "Failed to encode the status page state")
+			return
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteLimit))
+		if _, err := fmt.Fprintf(w, "event: state\ndata: %s\n\n", data); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.Context().Done():
+			return
+		case <-devices:
+		case <-events:
+		case <-tick.C:
+		}
+		select { // coalesce a burst of changes
+		case <-ctx.Done():
+			return
+		case <-r.Context().Done():
+			return
+		case <-time.After(streamMinGap):
+		}
+	}
+}

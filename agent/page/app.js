@@ -1,0 +1,261 @@
+// kdm status page: renders the PageState that /api/stream pushes (server-sent events), and
+// keeps the countdowns and the "updated … ago" line ticking between pushes. Read-only.
+"use strict";
+
+(function () {
+  const COMPACT_ABOVE = 64;     // more devices than this: small squares, details on tap
+  const STALE_AFTER_MS = 3500;  // the server pushes at least every second
+  const EVENTS_SHOWN = 50;      // the newest events; /api/state has them all
+  const IDS_SHOWN = 12;         // device IDs listed per container and resource; the rest on hover
+  const $ = (id) => document.getElementById(id);
+
+  let lastAt = 0;          // performance.now() of the last state received
+  let selected = null;     // {resource, id} of the tapped device
+  let current = null;      // the last state
+  const shown = {};        // section id -> HTML last written, to skip identical redraws
+
+  function esc(s) {
+    return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+  }
+  // Device IDs may hold control characters (smarter-device-manager uses "\u0000"): show them
+  // escaped the way Go's %q does.
+  function showID(s) {
+    return String(s).replace(/[\u0000-\u001f\u007f]/g, (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+  }
+  // A long ID keeps its start and its end, where IDs of one vendor differ (GPU-a100a100-…-000000000003).
+  function shortID(s) {
+    s = showID(s);
+    return s.length > 16 ? s.slice(0, 8) + "…" + s.slice(-7) : s;
+  }
+  function badge(v) { return `<span class="badge" data-v="${esc(v)}">${esc(v)}</span>`; }
+  function mmss(ms) {
+    const s = Math.max(0, Math.ceil(ms / 1000));
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+    const ss = String(r).padStart(2, "0");
+    return h > 0 ? `${h}:${String(m).padStart(2, "0")}:${ss}` : `${m}:${ss}`;
+  }
+  function clock(t) { return new Date(t).toLocaleTimeString([], { hour12: false }); }
+  // A countdown element; tick() keeps it current from the time left when the state was taken.
+  function countdown(ms) {
+    return `<span class="countdown" data-until="${lastAt + ms}">${mmss(ms)}</span>`;
+  }
+  function holderText(h) { return `${h.pod} · ${h.container}`; }
+  function setHTML(id, html) {
+    if (shown[id] === html) return false;
+    shown[id] = html;
+    $(id).innerHTML = html;
+    return true;
+  }
+
+  function renderResources(st) {
+    if (st.resources.length === 0) {
+      return setHTML("resources", `<p class="empty">No device plugin has registered.</p>`);
+    }
+    return setHTML("resources", st.resources.map(renderResource).join(""));
+  }
+
+  function renderResource(r) {
+    const ep = r.endpoint;
+    const devs = r.devices || [];
+    const held = devs.filter((d) => d.holders && d.holders.length).length;
+    const unhealthy = devs.filter((d) => d.health !== "Healthy").length;
+    let state = ep.state, detail = "";
+    if (ep.state === "Stopped") {
+      const what = ep.restored ? "restored from the checkpoint, plugin not registered yet" : "plugin disconnected";
+      detail = ep.graceRemainingMs > 0
+        ? `${what}; removed in ${countdown(ep.graceRemainingMs)} unless it registers again`
+        : `${what}; grace period over, removal pending`;
+    } else if (ep.state === "Removed") {
+      detail = `removed at ${esc(clock(ep.removedAt))}: the plugin stayed away past the grace period`;
+    } else if (ep.state === "None") {
+      detail = "no plugin; devices still held by containers";
+    }
+    let html = `<article class="resource" data-resource="${esc(r.name)}" data-state="${esc(state)}">`;
+    html += `<div class="res-head"><h3>${esc(r.name)}</h3>${badge(state)}<span class="ep-detail">${detail}</span></div>`;
+    html += `<div class="numbers"><div><b class="cap">${r.capacity}</b>capacity</div>` +
+      `<div><b class="alloc">${r.allocatable}</b>allocatable</div>` +
+      `<div><b class="held-count">${held}</b>assigned</div>` +
+      `<div><b class="bad-count">${unhealthy}</b>not healthy</div></div>`;
+    if (ep.socket) html += `<div class="socket">socket ${esc(ep.socket)}</div>`;
+    if (devs.length > 0) {
+      html += `<div class="legend"><span class="l-free">free</span><span class="l-held">assigned</span>` +
+        `<span class="l-bad">unhealthy</span><span class="l-unknown">unknown</span></div>`;
+      html += renderDevices(r.name, devs);
+      html += `<p class="selected-detail" data-for="${esc(r.name)}"></p>`;
+    }
+    return html + `</article>`;
+  }
+
+  // Devices grouped by NUMA node (when the plugin reports topology), as tiles.
+  function renderDevices(resource, devs) {
+    const compact = devs.length > COMPACT_ABOVE;
+    const groups = new Map();
+    for (const d of devs) {
+      const key = d.numa && d.numa.length ? "NUMA " + d.numa.join(", ") : "";
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(d);
+    }
+    const keys = [...groups.keys()].sort();
+    return keys.map((key) => {
+      const list = groups.get(key);
+      const label = key && (keys.length > 1 || compact) ? `<div class="numa-label">${esc(key)} · ${list.length}</div>` : "";
+      return `<div class="numa">${label}<div class="grid${compact ? " compact" : ""}">` +
+        list.map((d) => renderDevice(resource, d)).join("") + `</div></div>`;
+    }).join("");
+  }
+
+  function renderDevice(resource, d) {
+    const holders = (d.holders || []).map(holderText);
+    const classes = ["dev"];
+    if (holders.length) classes.push("held");
+    if (d.reserved) classes.push("reserved");
+    if (selected && selected.resource === resource && selected.id === d.id) classes.push("selected");
+    const numa = d.numa && d.numa.length ? `NUMA ${d.numa.join(", ")}` : "";
+    const state = numa ? `${d.health} · ${numa}` : d.health;
+    const title = `${showID(d.id)}\n${numa ? state : d.health + " · no NUMA node"}\n${holders.length ? holders.join("\n") : d.reserved ? "being allocated" : "free"}`;
+    return `<div class="${classes.join(" ")}" tabindex="0" data-id="${esc(d.id)}" data-health="${esc(d.health)}"` +
+      ` data-holder="${esc(holders.join("; "))}" title="${esc(title)}">` +
+      `<span class="dev-id">${esc(shortID(d.id))}</span>` +
+      `<span class="dev-numa">${esc(state)}</span>` +
+      `<span class="dev-holder">${esc(holders.length ? holders.join(", ") : d.reserved ? "being allocated" : "free")}</span></div>`;
+  }
+
+  function renderPods(st) {
+    $("pods-count").textContent = st.pods.length ? `(${st.pods.length})` : "";
+    if (st.pods.length === 0) return setHTML("pods", `<p class="empty">No pods.</p>`);
+    return setHTML("pods", st.pods.map(renderPod).join(""));
+  }
+
+  function renderPod(p) {
+    const name = `${p.namespace}/${p.name}`;
+    let body = "";
+    if (p.phase === "Admitted") {
+      for (const c of p.containers || []) {
+        const kind = c.sidecar ? " (sidecar)" : c.init ? " (init)" : "";
+        const devs = Object.keys(c.devices || {}).sort().map((res) => {
+          const ids = c.devices[res].map(showID);
+          const more = ids.length > IDS_SHOWN ? ` … (${ids.length} in all)` : "";
+          return `<span title="${esc(ids.join(", "))}">${esc(res)}: ${esc(ids.slice(0, IDS_SHOWN).join(", "))}${more}</span>`;
+        }).join("; ");
+        body += `<div class="ctr"><span class="ctr-name">${esc(c.name)}</span>${kind} ` +
+          `<span class="devs">${devs || "no devices"}</span></div>`;
+      }
+    } else if (p.phase === "Pending") {
+      if (p.waiting) {
+        body += `<div class="wait">container <b>${esc(p.waiting.container)}</b> waits for the device plugin of ` +
+          `<b class="wait-resource">${esc(p.waiting.resource)}</b>; gives up in ${countdown(p.waiting.remainingMs)} ` +
+          `(at ${esc(clock(p.waiting.deadline))})</div>`;
+      } else {
+        body += `<div class="msg">${esc(p.message || "")}</div>`;
+      }
+    } else {
+      body += `<div><span class="reason">${esc(p.reason || "")}</span> <span class="msg">${esc(p.message || "")}</span></div>`;
+    }
+    if (p.warning) body += `<div class="warning">${esc(p.warning)}</div>`;
+    return `<div class="pod" data-pod="${esc(name)}" data-phase="${esc(p.phase)}">` +
+      `<div class="pod-head"><span class="pod-name">${esc(name)}</span>${badge(p.phase)}</div>` +
+      `<div class="pod-body">${body}</div></div>`;
+  }
+
+  function renderEvents(st) {
+    if (st.events.length === 0) return setHTML("events", `<li class="empty">No events yet.</li>`);
+    const more = st.events.length > EVENTS_SHOWN
+      ? `<li class="empty">${st.events.length - EVENTS_SHOWN} older events in <a href="/api/state">/api/state</a></li>` : "";
+    return setHTML("events", st.events.slice(0, EVENTS_SHOWN).map((e) => {
+      const subject = e.pod || e.resource || "";
+      return `<li data-kind="${esc(e.kind)}"><time datetime="${esc(e.time)}">${esc(clock(e.time))}</time>` +
+        `<span>${badge(e.kind)} <span class="subject">${esc(subject)}</span></span>` +
+        `<span class="ev-text">${esc(e.message)}</span></li>`;
+    }).join("") + more);
+  }
+
+  function renderSelected() {
+    document.querySelectorAll(".selected-detail").forEach((p) => { p.textContent = ""; });
+    if (!selected || !current) return;
+    const r = current.resources.find((x) => x.name === selected.resource);
+    const d = r && (r.devices || []).find((x) => x.id === selected.id);
+    const p = [...document.querySelectorAll(".selected-detail")].find((x) => x.dataset.for === selected.resource);
+    if (!d || !p) return;
+    const holders = (d.holders || []).map(holderText);
+    p.textContent = `${showID(d.id)} — ${d.health}, ${d.numa && d.numa.length ? "NUMA " + d.numa.join(", ") : "no NUMA node"}, ` +
+      (holders.length ? "held by " + holders.join(", ") : d.reserved ? "being allocated" : "free");
+  }
+
+  function render(st) {
+    current = st;
+    $("node").textContent = st.node || "";
+    document.title = `kdm${st.node ? " · " + st.node : ""} · node status`;
+    renderResources(st);
+    renderPods(st);
+    renderEvents(st);
+    renderSelected();
+    tick();
+  }
+
+  // tick keeps countdowns and the liveness line current between pushes.
+  function tick() {
+    const now = performance.now();
+    document.querySelectorAll(".countdown[data-until]").forEach((el) => {
+      el.textContent = mmss(Number(el.dataset.until) - now);
+    });
+    const live = $("live");
+    if (lastAt === 0) return;
+    const age = now - lastAt;
+    if (live.dataset.state === "reconnecting") return;
+    if (age > STALE_AFTER_MS) {
+      live.dataset.state = "stale";
+      $("live-text").textContent = `stale: no update for ${Math.round(age / 1000)} s`;
+    } else {
+      live.dataset.state = "live";
+      $("live-text").textContent = `live · updated ${(age / 1000).toFixed(1)} s ago`;
+    }
+  }
+
+  function onState(data) {
+    let st;
+    try { st = JSON.parse(data); } catch (e) { return; }
+    lastAt = performance.now();
+    $("live").dataset.state = "live";
+    render(st);
+  }
+
+  function connect() {
+    if (!window.EventSource) { poll(); return; }
+    const es = new EventSource("/api/stream");
+    es.addEventListener("state", (ev) => onState(ev.data));
+    es.onerror = () => {
+      $("live").dataset.state = "reconnecting";
+      $("live-text").textContent = "reconnecting…";
+    };
+  }
+
+  // Without EventSource, poll the same state.
+  function poll() {
+    fetch("/api/state", { cache: "no-store" })
+      .then((r) => r.text()).then(onState)
+      .catch(() => { $("live").dataset.state = "reconnecting"; $("live-text").textContent = "reconnecting…"; })
+      .finally(() => setTimeout(poll, 1000));
+  }
+
+  function select(el) {
+    const card = el.closest("[data-resource]");
+    if (!card) return;
+    selected = { resource: card.dataset.resource, id: el.dataset.id };
+    document.querySelectorAll(".dev.selected").forEach((x) => x.classList.remove("selected"));
+    el.classList.add("selected");
+    renderSelected();
+  }
+  document.addEventListener("click", (ev) => {
+    const el = ev.target.closest(".dev");
+    if (el) select(el);
+  });
+  document.addEventListener("keydown", (ev) => {
+    if ((ev.key === "Enter" || ev.key === " ") && ev.target.classList && ev.target.classList.contains("dev")) {
+      ev.preventDefault();
+      select(ev.target);
+    }
+  });
+
+  setInterval(tick, 250);
+  connect();
+})();

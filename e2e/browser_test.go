@@ -1,0 +1,433 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/deviceplugin"
+)
+
+// pageView is what the status page's DOM shows, read by pageViewJS.
+type pageView struct {
+	Live      string       `json:"live"`
+	State     string       `json:"state"` // the GPU resource card's endpoint state
+	Capacity  string       `json:"capacity"`
+	Alloc     string       `json:"alloc"`
+	Countdown string       `json:"countdown"`
+	Devices   []pageDevice `json:"devices"`
+	Compact   int          `json:"compact"` // devices drawn as small squares
+	Pods      []pagePod    `json:"pods"`
+	Events    []string     `json:"events"` // kinds, newest first
+}
+
+type pageDevice struct {
+	ID     string `json:"id"`
+	Health string `json:"health"`
+	Holder string `json:"holder"`
+}
+
+type pagePod struct {
+	Pod   string `json:"pod"`
+	Phase string `json:"phase"`
+	Text  string `json:"text"`
+}
+
+// pageViewJS reads the page's DOM (never its JavaScript state), what a person sees, with the
+// card of resource %s.
+const pageViewJS = `((resource) => {
+  const q = (root, sel) => { const e = root && root.querySelector(sel); return e ? e.textContent.trim() : ""; };
+  const live = document.getElementById("live");
+  const r = [...document.querySelectorAll("[data-resource]")].find((e) => e.dataset.resource === resource);
+  return {
+    live: live ? live.dataset.state : "",
+    state: r ? r.dataset.state : "",
+    capacity: q(r, ".cap"), alloc: q(r, ".alloc"), countdown: q(r, ".countdown"),
+    devices: r ? [...r.querySelectorAll(".dev")].map((d) => ({id: d.dataset.id, health: d.dataset.health, holder: d.dataset.holder})) : [],
+    pods: [...document.querySelectorAll(".pod")].map((p) => ({pod: p.dataset.pod, phase: p.dataset.phase, text: p.textContent})),
+    compact: r ? r.querySelectorAll(".grid.compact .dev").length : 0,
+    events: [...document.querySelectorAll("#events li")].map((li) => li.dataset.kind || ""),
+  };
+})(%s)`
+
+// findChromium returns the Chromium binary: $KDM_CHROMIUM, else chromium on PATH. Its absence
+// fails the test rather than skipping it: CI installs Debian's chromium package (.ci/run).
+func findChromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("KDM_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("TestStatusPage needs headless Chromium and found no chromium on PATH: " +
+		"install it (apt-get install -y chromium; .ci/run does) or point KDM_CHROMIUM at a Chrome or Chromium binary")
+	return ""
+}
+
+// browser is one headless Chromium tab; view reads the card of resource.
+type browser struct {
+	t        *testing.T
+	ctx      context.Context
+	resource string
+}
+
+// newBrowser starts headless Chromium (no sandbox: CI runs as root) with a viewport of
+// width×height. Everything it does is bounded by limit; it is stopped at cleanup.
+func newBrowser(t *testing.T, width, height int, limit time.Duration) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(findChromium(t)),
+		chromedp.NoSandbox,
+		chromedp.Headless,
+		chromedp.WindowSize(width, height),
+		chromedp.Flag("hide-scrollbars", true),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	// The browser lives as long as ctx: a watchdog, not a context deadline, bounds the run.
+	watchdog := time.AfterFunc(limit, func() {
+		t.Errorf("browser test ran past %s; stopping the browser", limit)
+		cancel()
+	})
+	t.Cleanup(func() {
+		watchdog.Stop()
+		cancel()
+		cancelAlloc()
+	})
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(width), int64(height))); err != nil {
+		t.Fatalf("starting Chromium: %v", err)
+	}
+	return &browser{t: t, ctx: ctx, resource: gpuResource}
+}
+
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("browser: %v", err)
+	}
+}
+
+// view reads the page's DOM.
+func (b *browser) view() (pageView, error) {
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	return chromedp.Run(ctx, chromedp.Evaluate[pageView](fmt.Sprintf(pageViewJS, strconv.Quote(b.resource))))
+}
+
+// waitView polls the DOM every 50 ms until cond holds or within passes; it returns the view
+// and how long it took.
+func (b *browser) waitView(what string, within time.Duration, cond func(pageView) bool) (pageView, time.Duration) {
+	b.t.Helper()
+	start := time.Now()
+	var last pageView
+	var lastErr error
+	for time.Since(start) < within {
+		v, err := b.view()
+		if err == nil {
+			last = v
+			if cond(v) {
+				return v, time.Since(start)
+			}
+		}
+		lastErr = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	js, _ := json.MarshalIndent(last, "", "  ")
+	b.t.Fatalf("the page did not show %s within %s (last read error: %v); last DOM view: %s", what, within, lastErr, js)
+	return last, 0
+}
+
+// screenshot saves a full-page PNG under dir and, with KDM_UPDATE_SCREENSHOTS=1, to docs/img/
+// for the README (committed by hand when it changes).
+func (b *browser) screenshot(dir, name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o600); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s", path)
+	if os.Getenv("KDM_UPDATE_SCREENSHOTS") == "1" {
+		dst := filepath.Join("..", "docs", "img", name)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			b.t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, png, 0o644); err != nil {
+			b.t.Fatal(err)
+		}
+		b.t.Logf("screenshot updated: %s", dst)
+	}
+}
+
+// copySamplePod places one of testdata/pods in the manifest directory (atomically).
+func (n *node) copySamplePod(name string) {
+	n.t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "pods", name+".yaml"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	tmp := filepath.Join(n.manifests, "."+name+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(n.manifests, name+".yaml")); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// holders maps each pod (namespace/name) to the GPUs the page's device grid shows it holding.
+func (v pageView) holders() map[string][]string {
+	out := map[string][]string{}
+	for _, d := range v.Devices {
+		for _, h := range strings.Split(d.Holder, "; ") {
+			if pod, _, ok := strings.Cut(h, " · "); ok {
+				out[pod] = append(out[pod], d.ID)
+			}
+		}
+	}
+	for pod := range out {
+		slices.Sort(out[pod])
+	}
+	return out
+}
+
+func (v pageView) pod(name string) pagePod {
+	for _, p := range v.Pods {
+		if p.Pod == name {
+			return p
+		}
+	}
+	return pagePod{}
+}
+
+func (v pageView) count(kind string) int {
+	n := 0
+	for _, k := range v.Events {
+		if k == kind {
+			n++
+		}
+	}
+	return n
+}
+
+var countdownRE = regexp.MustCompile(`^(\d+):(\d\d)$`)
+
+// countdownSeconds parses the page's m:ss countdown.
+func countdownSeconds(s string) (int, bool) {
+	m := countdownRE.FindStringSubmatch(s)
+	if m == nil {
+		return 0, false
+	}
+	minutes, _ := strconv.Atoi(m[1])
+	seconds, _ := strconv.Atoi(m[2])
+	return minutes*60 + seconds, true
+}
+
+// TestStatusPage loads the live status page in headless Chromium while kdm runs with the mock
+// DGX A100 plugin and two sample pods (and one pod too big for the node): the DOM shows the 8
+// GPUs and the pods' assignments as podresources reports them; when the plugin is SIGKILLed the
+// page shows, within 2 s and without a reload, the endpoint stopped with a ticking grace
+// countdown and allocatable 0; when the plugin comes back it shows the recovery. A page that
+// stops updating fails every step after the first.
+func TestStatusPage(t *testing.T) {
+	b := newBrowser(t, 1280, 900, 90*time.Second)
+	n := newNode(t)
+	n.startKdm()
+	// Once kdm serves, its start-up cleanup is over: a plugin started earlier registers twice.
+	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	n.startPlugin()
+	n.eventually("8 GPUs", gpus(8))
+	n.copySamplePod("training") // ml/training: 4 GPUs
+	n.copySamplePod("notebook") // research/notebook: 1 GPU
+	n.writePod("oversized", 9)  // more GPUs than the node has: rejected
+	n.eventually("sample pods admitted, the oversized one rejected", func(st agent.NodeStatus) bool {
+		tr, nb, big := pod(st, "training"), pod(st, "notebook"), pod(st, "oversized")
+		return tr != nil && tr.Phase == agent.PhaseAdmitted && nb != nil && nb.Phase == agent.PhaseAdmitted &&
+			big != nil && big.Phase == agent.PhaseRejected
+	})
+	pr := n.podResources()
+	want := map[string][]string{"ml/training": sorted(pr["training"]), "research/notebook": sorted(pr["notebook"])}
+	if len(want["ml/training"]) != 4 || len(want["research/notebook"]) != 1 {
+		t.Fatalf("podresources = %v, want 4 GPUs for training and 1 for notebook", pr)
+	}
+
+	b.do(chromedp.Navigate("http://" + n.healthAddr + "/"))
+	v, _ := b.waitView("8 GPUs and the pods' assignments", 10*time.Second, func(v pageView) bool {
+		h := v.holders()
+		return v.Live == "live" && v.State == "Running" && v.Capacity == "8" && v.Alloc == "8" && len(v.Devices) == 8 &&
+			slices.Equal(h["ml/training"], want["ml/training"]) && slices.Equal(h["research/notebook"], want["research/notebook"])
+	})
+	for _, d := range v.Devices {
+		if d.Health != "Healthy" {
+			t.Errorf("GPU %s shown %s, want Healthy", d.ID, d.Health)
+		}
+	}
+	for name, ids := range want {
+		p := v.pod(name)
+		if p.Phase != agent.PhaseAdmitted {
+			t.Errorf("pod %s shown %q, want Admitted", name, p.Phase)
+		}
+		for _, id := range ids {
+			if !strings.Contains(p.Text, id) {
+				t.Errorf("pod %s's entry does not name its GPU %s: %q", name, id, p.Text)
+			}
+		}
+	}
+	if p := v.pod("e2e/oversized"); p.Phase != agent.PhaseRejected || !strings.Contains(p.Text, "UnexpectedAdmissionError") ||
+		!strings.Contains(p.Text, "which is unexpected") {
+		t.Errorf("oversized pod shown %q: %q, want Rejected with the kubelet's message", p.Phase, p.Text)
+	}
+	for _, kind := range []string{agent.EventStarted, agent.EventRegistered, agent.EventAdmitted, agent.EventRejected} {
+		if v.count(kind) == 0 {
+			t.Errorf("timeline lacks a %s event: %v", kind, v.Events)
+		}
+	}
+	shots := filepath.Join(n.base, "screenshots")
+	if err := os.MkdirAll(shots, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	b.screenshot(shots, "status-page.png")
+
+	// The plugin dies: the page shows it at once, without a reload.
+	registered := v.count(agent.EventRegistered)
+	n.killPlugins()
+	v, took := b.waitView("the endpoint stopped with a countdown and allocatable 0", 2*time.Second, func(v pageView) bool {
+		s, ok := countdownSeconds(v.Countdown)
+		return v.State == "Stopped" && v.Alloc == "0" && v.Capacity == "8" && ok && s > 0 && s <= 300
+	})
+	t.Logf("the page showed the stopped endpoint %s after the SIGKILL", took.Round(time.Millisecond))
+	if v.count(agent.EventDisconnected) == 0 {
+		t.Errorf("timeline lacks the disconnect: %v", v.Events)
+	}
+	if h := v.holders(); !slices.Equal(h["ml/training"], want["ml/training"]) {
+		t.Errorf("training's GPUs shown %v while the plugin is away, want %v kept", h["ml/training"], want["ml/training"])
+	}
+	first, _ := countdownSeconds(v.Countdown)
+	v, _ = b.waitView("the countdown ticking", 5*time.Second, func(v pageView) bool {
+		s, ok := countdownSeconds(v.Countdown)
+		return ok && s <= first-2 && v.Live == "live"
+	})
+	b.screenshot(shots, "status-page-plugin-stopped.png")
+
+	// The plugin comes back: the page recovers, assignments unchanged.
+	n.startPlugin()
+	v, took = b.waitView("the plugin registered again", 20*time.Second, func(v pageView) bool {
+		h := v.holders()
+		return v.State == "Running" && v.Alloc == "8" && v.Countdown == "" && v.count(agent.EventRegistered) > registered &&
+			slices.Equal(h["ml/training"], want["ml/training"]) && slices.Equal(h["research/notebook"], want["research/notebook"])
+	})
+	t.Logf("the page showed the recovery %s after the plugin restarted", took.Round(time.Millisecond))
+	for _, d := range v.Devices {
+		if d.Health != "Healthy" {
+			t.Errorf("GPU %s shown %s after recovery, want Healthy", d.ID, d.Health)
+		}
+	}
+
+	// The same page on a phone.
+	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile, chromedp.EmulateTouch))
+	if _, err := b.view(); err != nil {
+		t.Fatal(err)
+	}
+	b.screenshot(shots, "status-page-phone.png")
+	assertNoOverflow(t, b)
+}
+
+// assertNoOverflow fails when the page is wider than the viewport (readable on a phone means
+// no sideways scrolling).
+func assertNoOverflow(t *testing.T, b *browser) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	w, err := chromedp.Run(ctx, chromedp.Evaluate[[2]int](`[document.documentElement.scrollWidth, window.innerWidth]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w[0] > w[1] {
+		t.Errorf("on a 390 px wide phone the page is %d px wide: it scrolls sideways", w[0])
+	}
+}
+
+// TestStatusPageManyDevices checks the page stays usable with 1,000 devices on two NUMA nodes:
+// every device is drawn, as a compact grid, the holders are right, and a phone does not scroll
+// sideways.
+func TestStatusPageManyDevices(t *testing.T) {
+	const resource, total, held = "example.com/vf", 1000, 300
+	b := newBrowser(t, 1280, 900, 90*time.Second)
+	b.resource = resource
+	n := newNode(t)
+	n.startKdm()
+	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	var devs []*pluginapi.Device
+	for i := range total {
+		devs = append(devs, &pluginapi.Device{ID: fmt.Sprintf("vf-%04d", i), Health: pluginapi.Healthy,
+			Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(i % 2)}}}})
+	}
+	devs[7].Health = pluginapi.Unhealthy
+	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: resource, PluginDir: n.pluginDir, Devices: devs,
+		Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := plugin.Start(ctx); err != nil {
+		t.Fatalf("starting the plugin: %v", err)
+	}
+	t.Cleanup(plugin.Stop)
+	// Until the first device list is in, the resource is unknown and a pod asking for it would
+	// be admitted without devices (the kubelet's device manager does the same).
+	n.eventually("the device list", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == total-1 })
+	manifest := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: vf-user\n  namespace: net\n  uid: 00000000-0000-4000-8000-00000000f001\n"+
+		"spec:\n  containers:\n  - name: dpdk\n    image: example.com/dpdk\n    resources:\n      limits:\n        %s: %d\n", resource, held)
+	if err := os.WriteFile(filepath.Join(n.manifests, "vf-user.yaml"), []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.eventually("the pod admitted", func(st agent.NodeStatus) bool {
+		p := pod(st, "vf-user")
+		return p != nil && p.Phase == agent.PhaseAdmitted
+	})
+
+	b.do(chromedp.Navigate("http://" + n.healthAddr + "/"))
+	v, took := b.waitView("1,000 devices, 300 held", 10*time.Second, func(v pageView) bool {
+		return v.State == "Running" && len(v.Devices) == total && len(v.holders()["net/vf-user"]) == held
+	})
+	t.Logf("1,000 devices shown %s after the page was opened", took.Round(time.Millisecond))
+	if v.Compact != total {
+		t.Errorf("%d of %d devices drawn as compact squares", v.Compact, total)
+	}
+	if v.Capacity != "1000" || v.Alloc != "999" {
+		t.Errorf("capacity %s, allocatable %s; want 1000 and 999 (one device unhealthy)", v.Capacity, v.Alloc)
+	}
+	for _, d := range v.Devices {
+		if d.ID == "vf-0007" && d.Health != "Unhealthy" {
+			t.Errorf("vf-0007 shown %s, want Unhealthy", d.Health)
+		}
+	}
+	b.screenshot(filepath.Join(n.base), "status-page-1000-devices.png")
+	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile, chromedp.EmulateTouch))
+	assertNoOverflow(t, b)
+}
