@@ -43,10 +43,13 @@ type Plugin struct {
 	faults        Faults
 	calls         Calls
 	registrations int
-	statuses      []*registerapi.RegistrationStatus
-	streams       map[*stream]struct{}
-	exitErr       error         // why the plugin stopped itself (ExitOnStreamClose), else nil
-	changed       chan struct{} // closed and replaced whenever a waited-for count changes
+	// registeredTo is the kubelet socket the last successful Register reached (nil if its
+	// identity was unknown): a kick for that same socket needs no new Register.
+	registeredTo *socketIdentity
+	statuses     []*registerapi.RegistrationStatus
+	streams      map[*stream]struct{}
+	exitErr      error         // why the plugin stopped itself (ExitOnStreamClose), else nil
+	changed      chan struct{} // closed and replaced whenever a waited-for count changes
 }
 
 // New validates cfg and returns an unstarted plugin. Errors wrap ErrInvalidConfig and name

@@ -76,11 +76,18 @@ func (p *Plugin) registerOnce(ctx context.Context, conn *grpc.ClientConn) error 
 		return fmt.Errorf("%w: %w", ErrRegistration, err)
 	}
 	req := p.registerRequest()
+	// Taken before the call: if the socket is replaced meanwhile, the Register either fails or
+	// reached the old one, and the new socket's kick is not mistaken for this registration's.
+	target, known := identityOf(p.cfg.KubeletSocket)
 	p.log.V(4).Info("Registering with the kubelet", "path", p.cfg.KubeletSocket, "endpoint", req.Endpoint)
 	if _, err := pluginapi.NewRegistrationClient(conn).Register(ctx, req, grpc.WaitForReady(true)); err != nil {
 		return fmt.Errorf("%w: Register on %s: %w", ErrRegistration, p.cfg.KubeletSocket, err)
 	}
 	p.mu.Lock()
+	p.registeredTo = nil
+	if known {
+		p.registeredTo = &target
+	}
 	p.registrations++
 	n := p.registrations
 	p.notifyLocked()

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,5 +51,39 @@ func TestWaitingForKubeletIsLoggedAndShutdownIsQuiet(t *testing.T) {
 		if strings.Contains(logs(), bad) {
 			t.Fatalf("logged %q during a shutdown:\n%s", bad, logs())
 		}
+	}
+}
+
+// TestOneRegisterForALateKubelet: a plugin started before its manager registers exactly once
+// when kubelet.sock appears: the socket's creation, seen by the watcher while the first
+// Register was on its way, does not cause a second Register to the same socket. A socket
+// created again afterwards (a manager restart) still gets a new Register.
+func TestOneRegisterForALateKubelet(t *testing.T) {
+	for round := 0; round < 5; round++ {
+		dir := shortDir(t)
+		p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir, Devices: devices(pluginapi.Healthy, "a")})
+		started := make(chan error, 1)
+		go func() { started <- p.Start(context.Background()) }()
+		time.Sleep(100 * time.Millisecond)
+		sock := filepath.Join(dir, "kubelet.sock")
+		k := startFakeKubelet(t, sock, true)
+		if err := <-started; err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond) // a second Register would come within milliseconds
+		if n := p.Registrations(); n != 1 {
+			t.Fatalf("round %d: %d Registers to one kubelet.sock, want 1", round, n)
+		}
+		k.stop()
+		_ = os.Remove(sock)
+		startFakeKubelet(t, sock, true)
+		deadline := time.Now().Add(waitTimeout)
+		for p.Registrations() != 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no Register to the re-created kubelet.sock", round)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		p.Stop()
 	}
 }

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -56,6 +57,13 @@ func (p *Plugin) reregister(ctx context.Context, kick <-chan struct{}) {
 			return
 		case <-kick:
 		}
+		if p.registeredToCurrentSocket() {
+			// The kick is for the socket the last registration already reached (it was
+			// created while the first Register was on its way): registering again would
+			// only replace our own instance.
+			p.log.V(2).Info("Kubelet socket unchanged since the last registration; not registering again", "path", p.cfg.KubeletSocket)
+			continue
+		}
 		backoff := p.cfg.RetryBackoff
 		for attempt := 1; ; attempt++ {
 			err := p.ensureListening()
@@ -88,4 +96,29 @@ func (p *Plugin) sleep(ctx context.Context, kick <-chan struct{}, d time.Duratio
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// socketIdentity names one incarnation of a socket file. A socket created again may reuse
+// the inode number, but not its change time.
+type socketIdentity struct {
+	dev, ino uint64
+	ctime    int64 // nanoseconds
+}
+
+// identityOf returns the identity of the file at path, or false if it cannot be stat'ed.
+func identityOf(path string) (socketIdentity, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return socketIdentity{}, false
+	}
+	return socketIdentity{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}, true
+}
+
+// registeredToCurrentSocket reports whether the last successful Register went to the
+// kubelet socket that exists now.
+func (p *Plugin) registeredToCurrentSocket() bool {
+	now, ok := identityOf(p.cfg.KubeletSocket)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return ok && p.registeredTo != nil && *p.registeredTo == now
 }
