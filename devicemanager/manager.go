@@ -188,7 +188,7 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 	if err := m.restoreCheckpoint(); err != nil {
 		return err
 	}
-	if err := cleanupPluginDirectory(m.cfg.PluginDir); err != nil {
+	if err := RemovePluginSockets(m.cfg.PluginDir); err != nil {
 		return fmt.Errorf("cleaning up device plugin directory: %w", err)
 	}
 	_ = os.Remove(m.socketPath)
@@ -311,9 +311,10 @@ func (m *ManagerImpl) signalDeviceChangeLocked() {
 	m.deviceChange = make(chan struct{})
 }
 
-// cleanupPluginDirectory removes every socket in dir; regular files (the checkpoint),
-// directories and anything that cannot be stat'ed stay.
-func cleanupPluginDirectory(dir string) error {
+// RemovePluginSockets removes every socket directly in dir, as Start does (and the kubelet at
+// its start): plugins see their socket vanish and register again once kubelet.sock is back.
+// Regular files (the checkpoint), directories and anything that cannot be stat'ed stay.
+func RemovePluginSockets(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err

@@ -1,0 +1,16 @@
+// Package conformance is a sanity suite for device plugins, the plugin-side counterpart of
+// csi-sanity: it starts a plugin command itself, plays the kubelet's device manager against
+// it on a private device-plugin directory, and checks the behaviour the kubelet relies on,
+// restarts above all (see Checks, and docs/conformance.md for the list and the JSON report).
+//
+// The manager side is a recording probe (registrar) rather than devicemanager.ManagerImpl:
+// it serves Registration on kubelet.sock with the kubelet's validation and error strings and
+// drives the plugin through the same endpoint package the manager uses (a synchronous dial
+// and GetDevicePluginOptions inside Register, one ListAndWatch stream per registration, a
+// replaced registration's stream left open, start-up removal of every socket), but it also
+// keeps what the manager deliberately discards: each Register request with its own options,
+// each duplicate call and each list's arrival time, and it can close a stream on demand.
+//
+// Run is safe to call from one goroutine per directory; every process and goroutine it
+// starts has ended when it returns.
+package conformance
