@@ -69,6 +69,9 @@ type DeviceView struct {
 type ResourceView struct {
 	Name     string
 	Endpoint EndpointView
+	// ReplacedStreams counts earlier instances of the resource's plugin, replaced by a later
+	// registration, whose ListAndWatch streams are still open (their lists are ignored).
+	ReplacedStreams int
 	// Devices are sorted by ID.
 	Devices []DeviceView
 }
@@ -93,7 +96,7 @@ func (m *ManagerImpl) Resources() []ResourceView {
 	holders := m.holdersLocked()
 	out := make([]ResourceView, 0, names.Len())
 	for _, res := range sets.List(names) {
-		out = append(out, ResourceView{Name: res, Endpoint: m.endpointViewLocked(res),
+		out = append(out, ResourceView{Name: res, Endpoint: m.endpointViewLocked(res), ReplacedStreams: len(m.replaced[res]),
 			Devices: m.deviceViewsLocked(res, holders[res])})
 	}
 	return out

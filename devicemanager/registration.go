@@ -200,8 +200,9 @@ func (m *ManagerImpl) keepReplacedLocked(resource string, old *endpoint.Endpoint
 }
 
 // forgetReplacedLocked drops ep from the resource's replaced instances once its stream has
-// ended. Callers hold mu.
+// ended, and tells waiters (Resources reports the count). Callers hold mu.
 func (m *ManagerImpl) forgetReplacedLocked(resource string, ep *endpoint.Endpoint) {
+	defer m.signalDeviceChangeLocked()
 	kept := slices.DeleteFunc(m.replaced[resource], func(e *endpoint.Endpoint) bool { return e == ep })
 	if len(kept) == 0 {
 		delete(m.replaced, resource)

@@ -235,7 +235,9 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 		c1, a1 := r.counts(r.resource(name))
 		old.DropStreams()
 		old.Stop()
-		time.Sleep(20 * time.Millisecond) // let the old stream's end reach the manager
+		if err := r.waitReplacedStreamsClosed(r.resource(name)); err != nil {
+			return nil, err
+		}
 		c2, a2 := r.counts(r.resource(name))
 		return []string{
 			fmt.Sprintf("new instance %s registered while the old one runs: capacity %d, allocatable %d", p.socket, c1, a1),

@@ -191,6 +191,30 @@ func (r *Runner) waitCapacity(res string, cond func(capacity, allocatable int64)
 	}
 }
 
+// waitReplacedStreamsClosed waits, on the device-change broadcast, until the manager has seen
+// the streams of every replaced instance of res end.
+func (r *Runner) waitReplacedStreamsClosed(res string) error {
+	timer := time.NewTimer(settle)
+	defer timer.Stop()
+	for {
+		changed := r.m.DeviceChanges()
+		open := 0
+		for _, v := range r.m.Resources() {
+			if v.Name == res {
+				open = v.ReplacedStreams
+			}
+		}
+		if open == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return fmt.Errorf("%s: %d replaced instance stream(s) still open", res, open)
+		}
+	}
+}
+
 func (r *Runner) counts(res string) (int64, int64) {
 	c, a, _ := r.m.GetCapacity()
 	cq, ok := c[v1.ResourceName(res)]
