@@ -259,6 +259,16 @@ func TestRegisterInFlightLimit(t *testing.T) {
 
 	cancel()
 	wg.Wait()
+	// The clients are gone; the server's handlers give their slots back once their dials
+	// see the cancellation. A Register naming a missing socket fails at once, with
+	// ResourceExhausted only while slots are still held.
+	deadline := time.Now().Add(waitTimeout)
+	for status.Code(register(client, gpu, "missing.sock")) == codes.ResourceExhausted {
+		if time.Now().After(deadline) {
+			t.Fatal("the cancelled registrations never gave their slots back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "a"))
 	waitFor(t, m, "gpu registered once the calls in flight ended", func() bool { return capacityIs(m, gpu, 1, 1) })
 }

@@ -8,6 +8,9 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/endpoint"
 )
 
 // TestManagerRestart: manager A with a plugin and a checkpoint stops; manager B on the same
@@ -26,12 +29,17 @@ func TestManagerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := a.GetDevices("p1", "c")
+	// Hold the plugin's re-registration (its options call hangs until the restarted
+	// manager's short options deadline) so that the state before it can be checked: the
+	// plugin would otherwise be back within milliseconds.
+	p.SetFaults(deviceplugin.Faults{HangOptions: true})
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	regs := p.Registrations()
 
-	b := testManager(t, dir, Config{Clock: clk}, Sources{ActivePods: pods.active})
+	b := testManager(t, dir, Config{Clock: clk, Endpoint: endpoint.Config{OptionsTimeout: 300 * time.Millisecond}},
+		Sources{ActivePods: pods.active})
 	if !capacityIs(b, gpu, 0, 0) {
 		c, al, _ := b.GetCapacity()
 		t.Fatalf("restarted manager before re-registration: %v / %v, want 0/0", c, al)
@@ -39,6 +47,7 @@ func TestManagerRestart(t *testing.T) {
 	if got := b.GetDevices("p1", "c"); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Fatalf("restored assignment %v, want %v", got, before)
 	}
+	p.SetFaults(deviceplugin.Faults{})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := p.WaitForRegistrations(ctx, regs+1); err != nil {
