@@ -111,12 +111,37 @@ type Policy struct {
 	// 0, as kubelets 1.20 to 1.29 did. The kubelet 1.36 cannot read that layout and starts with
 	// empty state.
 	ReadLegacyCheckpoint bool
+
+	// AllocateTimeout and PreferredAllocationTimeout bound each Allocate and
+	// GetPreferredAllocation RPC to a plugin. Zero means no deadline beyond the caller's
+	// context, as in the kubelet (kubernetes #117435, #129249); negative is invalid. They are
+	// the defaults of Config.Endpoint's fields of the same names: a deadline set there (non-zero)
+	// wins over the policy's, so to run KDMPolicy without a deadline, zero the policy's field.
+	AllocateTimeout            time.Duration
+	PreferredAllocationTimeout time.Duration
+}
+
+// ParsePolicy returns the policy a name selects, as `kdm run --policy` and the scenario
+// scripts name them: "kubelet-1.36" (or its alias "kubelet") gives KubeletPolicy and "kdm"
+// gives KDMPolicy. Names are matched exactly; any other name is an error that lists the valid
+// ones.
+func ParsePolicy(name string) (Policy, error) {
+	switch name {
+	case "kubelet-1.36", "kubelet":
+		return KubeletPolicy(), nil
+	case "kdm":
+		return KDMPolicy(), nil
+	default:
+		return Policy{}, fmt.Errorf("unknown policy %q: valid policies are kubelet-1.36 (alias kubelet) and kdm", name)
+	}
 }
 
 // KubeletPolicy is the kubelet v1.36 behaviour: every improvement off.
 func KubeletPolicy() Policy { return Policy{} }
 
-// KDMPolicy turns on every improvement, with a two-minute admission deferral.
+// KDMPolicy turns on every improvement, with a two-minute admission deferral and the plugin
+// RPC deadlines endpoint.RecommendedAllocateTimeout (30s) and
+// endpoint.RecommendedPreferredAllocationTimeout (10s): what `kdm run --policy kdm` runs.
 func KDMPolicy() Policy {
 	return Policy{
 		DeferAdmission:              true,
@@ -126,6 +151,8 @@ func KDMPolicy() Policy {
 		CoalesceDeviceListWrites:    true,
 		ReadLegacyCheckpoint:        true,
 		DropRemovedResources:        true,
+		AllocateTimeout:             endpoint.RecommendedAllocateTimeout,
+		PreferredAllocationTimeout:  endpoint.RecommendedPreferredAllocationTimeout,
 	}
 }
 
@@ -149,6 +176,13 @@ func (c Config) withDefaults() Config {
 	if c.Policy.DeferAdmission && c.Policy.DeferAdmissionTimeout == 0 {
 		c.Policy.DeferAdmissionTimeout = 2 * time.Minute
 	}
+	// The endpoint's own RPC deadlines win; where unset, the policy's apply.
+	if c.Endpoint.AllocateTimeout == 0 {
+		c.Endpoint.AllocateTimeout = c.Policy.AllocateTimeout
+	}
+	if c.Endpoint.PreferredAllocationTimeout == 0 {
+		c.Endpoint.PreferredAllocationTimeout = c.Policy.PreferredAllocationTimeout
+	}
 	c.Endpoint.Clock = c.Clock
 	c.Endpoint.Logger = c.Logger
 	c.Endpoint = c.Endpoint.WithDefaults()
@@ -169,6 +203,12 @@ func (c Config) Validate() error {
 	}
 	if c.Policy.DeferAdmissionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("defer admission timeout must not be negative: %v", c.Policy.DeferAdmissionTimeout))
+	}
+	if c.Policy.AllocateTimeout < 0 {
+		errs = append(errs, fmt.Errorf("allocate timeout must not be negative: %v", c.Policy.AllocateTimeout))
+	}
+	if c.Policy.PreferredAllocationTimeout < 0 {
+		errs = append(errs, fmt.Errorf("preferred allocation timeout must not be negative: %v", c.Policy.PreferredAllocationTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -32,8 +32,8 @@ type Runner struct {
 	// ScriptDir resolves relative file arguments (checkpoint legacy-v1 FILE).
 	ScriptDir string
 
-	policyName string
 	policy     devicemanager.Policy
+	quarantine bool // Config.QuarantineCorruptCheckpoint: off under the kubelet's policy
 	dir        string
 	clock      *clocktesting.FakeClock
 	start      time.Time
@@ -67,19 +67,18 @@ type pod struct {
 	completed bool
 }
 
-// NewRunner prepares a runner for a policy ("kubelet-1.36" or "kdm").
+// NewRunner prepares a runner for a policy, named as devicemanager.ParsePolicy takes it
+// ("kubelet-1.36" or "kdm").
 func NewRunner(policy string) (*Runner, error) {
-	r := &Runner{policyName: policy, plugins: map[string]*plugin{}, pods: map[string]*pod{},
-		log: funcr.New(func(string, string) {}, funcr.Options{}), deferred: make(chan string, 64), settled: make(chan struct{})}
-	switch policy {
-	case "kubelet-1.36":
-		r.policy = devicemanager.KubeletPolicy()
-	case "kdm":
-		r.policy = devicemanager.KDMPolicy()
-		r.policy.CoalesceDeviceListWrites = false // keep the file in step with every command
-	default:
-		return nil, fmt.Errorf("unknown policy %q (want kubelet-1.36 or kdm)", policy)
+	pol, err := devicemanager.ParsePolicy(policy)
+	if err != nil {
+		return nil, err
 	}
+	r := &Runner{plugins: map[string]*plugin{}, pods: map[string]*pod{},
+		log: funcr.New(func(string, string) {}, funcr.Options{}), deferred: make(chan string, 64), settled: make(chan struct{})}
+	r.quarantine = pol != devicemanager.KubeletPolicy()
+	r.policy = pol
+	r.policy.CoalesceDeviceListWrites = false // keep the file in step with every command
 	dir, err := os.MkdirTemp("", "kdm-sc")
 	if err != nil {
 		return nil, err
@@ -109,7 +108,7 @@ func (r *Runner) resource(name string) string { return "example.com/" + name }
 // startManager starts a manager on the runner's directory. running lists the containers the
 // "runtime" reports running.
 func (r *Runner) startManager(running []devicemanager.ContainerKey) error {
-	quarantine := r.policyName != "kubelet-1.36"
+	quarantine := r.quarantine
 	m, err := devicemanager.New(devicemanager.Config{
 		PluginDir: r.dir, Clock: r.clock, Logger: r.log, Policy: r.policy, QuarantineCorruptCheckpoint: &quarantine,
 		OnAdmissionDeferred: func(podUID, _, _ string) {

@@ -23,7 +23,6 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/devicemanager"
-	"github.com/kdm-project/kdm/endpoint"
 )
 
 // kubeClient builds a client from the kubeconfig file and resolves the node name, which
@@ -46,18 +45,6 @@ func kubeClient(kubeconfig, nodeName string) (kubernetes.Interface, string, erro
 		nodeName = strings.ToLower(host)
 	}
 	return client, nodeName, nil
-}
-
-// policyFlag parses --policy.
-func policyFlag(name string) (devicemanager.Policy, error) {
-	switch name {
-	case "kubelet-1.36", "kubelet":
-		return devicemanager.KubeletPolicy(), nil
-	case "kdm":
-		return devicemanager.KDMPolicy(), nil
-	default:
-		return devicemanager.Policy{}, fmt.Errorf("unknown policy %q (want kubelet-1.36 or kdm)", name)
-	}
 }
 
 func runDaemon(args []string, _, stderr io.Writer) int {
@@ -86,9 +73,9 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdm run: --shutdown-timeout must not be negative, got %v\n", *shutdownTimeout)
 		return 2
 	}
-	pol, err := policyFlag(*policy)
+	pol, err := devicemanager.ParsePolicy(*policy)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdm run: %v\n", err)
+		fmt.Fprintf(stderr, "kdm run: --policy: %v\n", err)
 		return 2
 	}
 	if *deferTimeout < 0 {
@@ -97,6 +84,14 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	}
 	if *deferTimeout > 0 && pol.DeferAdmission {
 		pol.DeferAdmissionTimeout = *deferTimeout
+	}
+	if *allocTimeout < 0 {
+		fmt.Fprintf(stderr, "kdm run: --allocate-timeout must not be negative: %v\n", *allocTimeout)
+		return 2
+	}
+	if *allocTimeout > 0 {
+		// Otherwise the policy's own deadlines apply: none for kubelet-1.36, 30s/10s for kdm.
+		pol.AllocateTimeout, pol.PreferredAllocationTimeout = *allocTimeout, *allocTimeout
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -110,13 +105,6 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 		Policy:             pol,
 		Logger:             klog.Background(),
 		Registry:           reg,
-	}
-	cfg.Endpoint.AllocateTimeout = *allocTimeout
-	cfg.Endpoint.PreferredAllocationTimeout = *allocTimeout
-	if *policy == "kdm" && *allocTimeout == 0 {
-		// kdm's policy bounds the plugin RPCs the kubelet leaves unbounded (#117435, #129249).
-		cfg.Endpoint.AllocateTimeout = endpoint.RecommendedAllocateTimeout
-		cfg.Endpoint.PreferredAllocationTimeout = endpoint.RecommendedPreferredAllocationTimeout
 	}
 	if *kubeconfig != "" {
 		client, name, err := kubeClient(*kubeconfig, *nodeName)
