@@ -1,7 +1,8 @@
-# kdm build, test and demo entry points. `make test` is what CI runs.
+# kdm build, test and demo entry points. `make test` is what CI runs; `make check` is the
+# inner loop.
 GO            ?= go
-STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-STATICCHECK_VERSION ?= v0.8.2
+# staticcheck is pinned by the `tool` directive in go.mod (honnef.co/go/tools v0.8.2).
+STATICCHECK   ?= $(GO) tool staticcheck
 FUZZTIME      ?= 20000x
 BENCHTIME     ?= 1s
 BIN           ?= bin
@@ -9,7 +10,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench demo clean crashloop
+.PHONY: all build check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench demo clean crashloop
 
 all: build
 
@@ -17,6 +18,18 @@ build:
 	$(GO) build $(PKGS)
 	@mkdir -p $(BIN)
 	@for c in $$(ls cmd 2>/dev/null); do $(GO) build -o $(BIN)/$$c ./cmd/$$c || exit 1; done
+
+## check: the inner loop: formatting, vet, staticcheck and the race-enabled short tests, which
+## skip what needs a kube-apiserver, a browser, the whole conformance suite or a crash loop.
+## About a minute warm; `make test` runs everything.
+check: lint short
+
+# The short tests mostly wait on sockets and child processes, not the CPU: run at least four
+# test binaries at once, even on a 2-core machine (go test's default is one per core).
+SHORT_P ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1); echo $$(( n < 4 ? 4 : n )))
+
+short:
+	$(GO) test -short -race -count=1 -p $(SHORT_P) -timeout 5m $(PKGS)
 
 ## test: everything CI requires: formatting, vet, staticcheck, race-enabled tests (the API
 ## server tests among them, against a real kube-apiserver and etcd), and the kubelet's own

@@ -17,6 +17,9 @@ import (
 // with the reason, the resource and the deadline); once the plugin registers the pod runs and
 // the condition turns True.
 func TestAPIServerPendingPod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
 	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	nodeClient, err := c.Client("system:node:api-pending")

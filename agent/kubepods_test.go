@@ -47,6 +47,9 @@ func running(p *v1.Pod, err error) bool { return err == nil && p.Status.Phase ==
 // containers' devices are reused by the app container, a pod that completes releases its
 // devices, and a pod deleted and recreated under the same name is a new pod.
 func TestAPIServerPodSource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
 	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	nodeClient, err := c.Client("system:node:api-pods")

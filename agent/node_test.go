@@ -183,6 +183,9 @@ func has(name string, capacity, allocatable int64) func(*v1.Node) bool {
 // and NodeRestriction), carries the device resources and a Ready condition, and gets a Lease
 // owned by the Node; a device change is published without waiting for the next tick.
 func TestNodePublisherCreatesNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
 	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	forgetNode(t, admin, "fresh")
@@ -212,6 +215,9 @@ func TestNodePublisherCreatesNode(t *testing.T) {
 // existing Node's extended resources are zeroed (cpu and others' resources kept) until the
 // plugins report again.
 func TestNodePublisherRecreatedNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
 	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	ctx := context.Background()
@@ -243,6 +249,9 @@ func TestNodePublisherRecreatedNode(t *testing.T) {
 // the grace period) is published as 0 under the kubelet's behaviour and dropped from the Node
 // under DropRemovedResources.
 func TestNodePublisherRemovedResource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
 	c := testCluster.Get(t)
 	admin := adminClient(t, c)
 	for _, tc := range []struct {

@@ -133,7 +133,7 @@ func crashRun(t *testing.T, exe, dir string, run int, delay time.Duration) int {
 // temporary file the killed writer left.
 func TestCrashDuringWrite(t *testing.T) {
 	if testing.Short() {
-		t.Skip("re-executes the test binary 200 times")
+		t.Skip("re-executes the test binary 200 times; run by make test")
 	}
 	exe, err := os.Executable()
 	if err != nil {

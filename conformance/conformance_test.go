@@ -120,6 +120,9 @@ func conformance(t *testing.T, flags []string, plugin ...string) (jsonReport, in
 // the health check driven through its health control directory: every check passes, the
 // exit code is 0, and the JUnit report has ten passing test cases.
 func TestReferencePluginPasses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole conformance suite against real plugins; run by make test")
+	}
 	t.Parallel()
 	health := t.TempDir()
 	junit := filepath.Join(t.TempDir(), "junit.xml")
@@ -166,6 +169,9 @@ func TestReferencePluginPasses(t *testing.T) {
 // seen in real plugins and expects the matching verdicts (and exit 1 exactly when one is
 // FAIL). The well-behaved profile guards against false alarms.
 func TestFaultsDetected(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole conformance suite against real plugins; run by make test")
+	}
 	fixed := t.TempDir()
 	cases := []struct {
 		fault string
@@ -223,6 +229,9 @@ func TestIsolate(t *testing.T) {
 			t.Fatalf("non-root --isolate: %v, output %q; want exit 2 saying it needs root", err, out)
 		}
 		return
+	}
+	if testing.Short() {
+		t.Skip("runs the whole conformance suite against real plugins; run by make test")
 	}
 	hostDir := "/var/lib/kubelet/device-plugins"
 	before, _ := os.ReadDir(hostDir)

@@ -15,7 +15,7 @@ import (
 // two live containers, and nothing is left once every pod has ended.
 func TestConcurrentAdmissionStress(t *testing.T) {
 	if testing.Short() {
-		t.Skip("stress test")
+		t.Skip("stress test: 1,000 pods; run by make test")
 	}
 	f := newAllocFixture(t, Config{})
 	p := f.plugin(gpu, &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, devices(pluginapi.Healthy, ids("g", 64)...))

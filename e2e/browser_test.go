@@ -254,6 +254,9 @@ func countdownSeconds(s string) (int, bool) {
 // countdown and allocatable 0; when the plugin comes back it shows the recovery. A page that
 // stops updating fails every step after the first.
 func TestStatusPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives headless Chromium; run by make test")
+	}
 	b := newBrowser(t, 1280, 900, 90*time.Second)
 	n := newNode(t)
 	n.startKdm()
@@ -375,6 +378,9 @@ func assertNoOverflow(t *testing.T, b *browser) {
 // every device is drawn, as a compact grid, the holders are right, and a phone does not scroll
 // sideways.
 func TestStatusPageManyDevices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives headless Chromium; run by make test")
+	}
 	const resource, total, held = "example.com/vf", 1000, 300
 	b := newBrowser(t, 1280, 900, 90*time.Second)
 	b.resource = resource

@@ -140,12 +140,18 @@ func (cn *clusterNode) gpusOf(name string) []string {
 // bound by the API admitted with disjoint GPUs, a rejection the kubelet's way, deletion freeing
 // GPUs, a plugin crash, and a kdm crash that fails no running pod.
 func TestJoinCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
 	joinCluster(t, "edge-1")
 }
 
 // TestJoinClusterKDMPolicy walks the same story under --policy kdm, whose differences (deferred
 // admission, RPC deadlines) must not change it.
 func TestJoinClusterKDMPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
 	joinCluster(t, "edge-2", "--policy", "kdm")
 }
 

@@ -28,7 +28,7 @@ import (
 // KDM_CRASHLOOP_SEED replays a run; KDM_CRASHLOOP_ROUNDS sets the rounds per policy (30).
 func TestCrashLoop(t *testing.T) {
 	if testing.Short() {
-		t.Skip("crash loop: real processes, many restarts")
+		t.Skip("crash loop: real processes, many restarts; run by make test")
 	}
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("KDM_CRASHLOOP_SEED"); s != "" {

@@ -244,6 +244,9 @@ const (
 // goroutines. kdm answers them all quickly, its memory settles near where it was, its log
 // stays short, and afterwards it admits a pod and accepts the real plugin's re-registration.
 func TestRegisterFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test: 10,000 Register calls per policy; run by make test")
+	}
 	for _, pol := range hostilePolicies {
 		t.Run(pol, func(t *testing.T) {
 			n := newNode(t)

@@ -43,7 +43,7 @@ func TestBuiltinSamplesMatchTestdata(t *testing.T) {
 // outside the repository: it must find its sample pods (embedded) and finish the tour.
 func TestDemoFromAnyDirectory(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary")
+		t.Skip("builds the binary; run by make test")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -15,6 +15,9 @@ import (
 // TestClusterIdentities starts the real cluster and checks what the agent relies on: the
 // version, a node identity that may create its own Node but not another's, and an admin.
 func TestClusterIdentities(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	bins, err := Build(ctx, filepath.Join("..", "..", "test", "kubebins"), os.Stderr)
