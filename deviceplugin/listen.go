@@ -39,24 +39,40 @@ func (s *servedSocket) removeIfOurs() error {
 	return nil
 }
 
+// maxListenAttempts bounds how often listenLocked creates a socket that vanishes at once.
+const maxListenAttempts = 3
+
 // listenLocked removes whatever is at path (a stale socket from an earlier run), listens
 // there and starts serving p.server on it in a goroutine joined by Stop. p.mu must be held
 // and p.server set.
+//
+// A socket deleted between its creation and the look at its file (a manager's start-up
+// cleanup running just then) is created again, a few times at most.
 func (p *Plugin) listenLocked(path string) (*servedSocket, error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", path, err)
-	}
-	// We delete the file ourselves, and only while it is ours: closing a listener whose
-	// file was removed and re-created by someone else must not delete their file.
-	l.SetUnlinkOnClose(false)
-	info, err := os.Lstat(path)
-	if err != nil {
+	var (
+		l    *net.UnixListener
+		info os.FileInfo
+		err  error
+	)
+	for attempt := 1; ; attempt++ {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+		}
+		l, err = net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", path, err)
+		}
+		// We delete the file ourselves, and only while it is ours: closing a listener
+		// whose file was removed and re-created by someone else must not delete their file.
+		l.SetUnlinkOnClose(false)
+		info, err = os.Lstat(path)
+		if err == nil {
+			break
+		}
 		_ = l.Close()
-		return nil, fmt.Errorf("inspecting new socket %s: %w", path, err)
+		if !errors.Is(err, fs.ErrNotExist) || attempt == maxListenAttempts {
+			return nil, fmt.Errorf("inspecting new socket %s: %w", path, err)
+		}
 	}
 	s := &servedSocket{path: path, l: l, info: info}
 	server := p.server
