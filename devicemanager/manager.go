@@ -32,7 +32,8 @@ type Sources struct {
 	// admitted must be among them. Nil means no pods.
 	ActivePods func() []*v1.Pod
 	// SourcesReady reports whether every pod source has delivered its pods at least once.
-	// Until then no allocation is garbage-collected. Nil means always ready.
+	// Until then no allocation is garbage-collected. Nil means always ready. Like ActivePods,
+	// it is called without the manager's lock held and may call back into the manager.
 	SourcesReady func() bool
 	// RunningContainers are the containers the runtime reported running when the embedder
 	// started. Their checkpointed devices are kept without contacting the plugin while

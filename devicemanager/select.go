@@ -104,11 +104,12 @@ func (m *ManagerImpl) awaitUnknownResource(ctx context.Context, pod *v1.Pod, con
 	if !m.cfg.Policy.DeferAdmission {
 		return false, nil
 	}
+	ready := m.sourcesReady()
 	m.mu.Lock()
 	deadline := m.startedAt.Add(m.cfg.Policy.DeferAdmissionTimeout)
 	// A container that ran before the restart keeps what it has (the restart bypass); a
 	// device chosen now could not be the one it uses.
-	running := !m.sourcesReadyLocked() && m.isContainerAlreadyRunningLocked(string(pod.UID), container)
+	running := !ready && m.isContainerAlreadyRunningLocked(string(pod.UID), container)
 	m.mu.Unlock()
 	if running {
 		return false, nil
@@ -172,6 +173,9 @@ func (m *ManagerImpl) awaitingPluginLocked(res string) bool {
 // The chosen devices are reserved in m.pending; the caller commits or releases them.
 func (m *ManagerImpl) devicesToAllocate(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
 	podUID := string(pod.UID)
+	// The embedder's callbacks run before mu is taken: they may call back into the manager.
+	ready := m.sourcesReady()
+	hint := m.affinity(podUID, container)
 	m.mu.Lock()
 	locked := true
 	defer func() {
@@ -188,7 +192,7 @@ func (m *ManagerImpl) devicesToAllocate(ctx context.Context, pod *v1.Pod, contai
 				podUID, container, res, devices.Len(), required)
 		}
 	}
-	if !m.sourcesReadyLocked() && m.isContainerAlreadyRunningLocked(podUID, container) {
+	if !ready && m.isContainerAlreadyRunningLocked(podUID, container) {
 		m.log.V(3).Info("Container was running before the restart; keeping its devices", "pod", klog.KObj(pod), "containerName", container, "resourceName", res)
 		return nil, nil
 	}
@@ -241,7 +245,7 @@ func (m *ManagerImpl) devicesToAllocate(ctx context.Context, pod *v1.Pod, contai
 	if available.Len() < needed {
 		return fail(fmt.Errorf("requested number of devices unavailable for %s. Requested: %d, Available: %d", res, needed, available.Len()))
 	}
-	aligned, unaligned, noAffinity := m.filterByAffinityLocked(podUID, container, res, available)
+	aligned, unaligned, noAffinity := m.filterByAffinityLocked(hint, res, available)
 	preferred := func(avail sets.Set[string]) (sets.Set[string], error) {
 		m.mu.Unlock()
 		locked = false
@@ -300,8 +304,22 @@ func (m *ManagerImpl) preferredAllocation(ctx context.Context, res string, avail
 	return sets.New(resp.ContainerResponses[0].DeviceIDs...), nil
 }
 
-func (m *ManagerImpl) sourcesReadyLocked() bool {
-	return m.sources.SourcesReady == nil || m.sources.SourcesReady()
+// sourcesReady asks the embedder whether every pod source is ready. It is called without mu
+// held, so the callback may call back into the manager.
+func (m *ManagerImpl) sourcesReady() bool {
+	m.mu.Lock()
+	ready := m.sources.SourcesReady
+	m.mu.Unlock()
+	return ready == nil || ready()
+}
+
+// affinity asks the embedder's AffinityStore, if any, for the container's NUMA hint. It is
+// called without mu held.
+func (m *ManagerImpl) affinity(podUID, container string) TopologyHint {
+	if m.cfg.TopologyAffinity == nil {
+		return TopologyHint{}
+	}
+	return m.cfg.TopologyAffinity.GetAffinity(podUID, container)
 }
 
 // isContainerAlreadyRunningLocked reports whether the runtime reported the container running

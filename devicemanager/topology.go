@@ -14,7 +14,8 @@ type TopologyHint struct {
 }
 
 // AffinityStore supplies the NUMA affinity chosen for a container (the topology manager's
-// decision). The manager prefers devices on those nodes.
+// decision). The manager prefers devices on those nodes. GetAffinity is called without the
+// manager's lock held, from Allocate's goroutine: it may call back into the manager.
 type AffinityStore interface {
 	GetAffinity(podUID, containerName string) TopologyHint
 }
@@ -44,16 +45,12 @@ func (m *ManagerImpl) resourceHasTopologyLocked(res string) bool {
 }
 
 // filterByAffinityLocked splits the available devices into those aligned with the container's
-// NUMA hint, those on other nodes, and those without topology. Nodes are visited hint nodes
+// NUMA hint (from its AffinityStore), those on other nodes, and those without topology. Nodes are visited hint nodes
 // first, then other nodes, each group by ascending device count, then "no topology"; a device
 // goes to the list of the first node that holds it. Without a hint, or when the resource has
 // no topology at all, every device counts as having no affinity. Callers hold mu.
-func (m *ManagerImpl) filterByAffinityLocked(podUID, container, res string, available sets.Set[string]) (aligned, unaligned, noAffinity sets.Set[string]) {
+func (m *ManagerImpl) filterByAffinityLocked(hint TopologyHint, res string, available sets.Set[string]) (aligned, unaligned, noAffinity sets.Set[string]) {
 	aligned, unaligned, noAffinity = sets.New[string](), sets.New[string](), sets.New[string]()
-	var hint TopologyHint
-	if m.cfg.TopologyAffinity != nil {
-		hint = m.cfg.TopologyAffinity.GetAffinity(podUID, container)
-	}
 	if hint.NUMANodes == nil || !m.resourceHasTopologyLocked(res) {
 		return aligned, unaligned, available.Clone()
 	}

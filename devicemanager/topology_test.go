@@ -155,7 +155,7 @@ func TestFilterByAffinity(t *testing.T) {
 	m, _ := New(Config{PluginDir: "/x", TopologyAffinity: fixedAffinity{hint(true, 1)}})
 	seed(m, "r", numaDevice("a", 0), numaDevice("b", 1), numaDevice("c", 1, 2), numaDevice("d", 2), numaDevice("e"))
 	m.mu.Lock()
-	aligned, unaligned, none := m.filterByAffinityLocked("p", "c", "r", sets.New("a", "b", "c", "d", "e"))
+	aligned, unaligned, none := m.filterByAffinityLocked(m.affinity("p", "c"), "r", sets.New("a", "b", "c", "d", "e"))
 	m.mu.Unlock()
 	if !aligned.Equal(sets.New("b", "c")) || !unaligned.Equal(sets.New("a", "d")) || !none.Equal(sets.New("e")) {
 		t.Fatalf("aligned %v unaligned %v none %v; want [b c] [a d] [e]", sets.List(aligned), sets.List(unaligned), sets.List(none))
@@ -163,7 +163,7 @@ func TestFilterByAffinity(t *testing.T) {
 	m2, _ := New(Config{PluginDir: "/x"})
 	seed(m2, "r", numaDevice("a", 0))
 	m2.mu.Lock()
-	aligned, unaligned, none = m2.filterByAffinityLocked("p", "c", "r", sets.New("a"))
+	aligned, unaligned, none = m2.filterByAffinityLocked(m2.affinity("p", "c"), "r", sets.New("a"))
 	m2.mu.Unlock()
 	if aligned.Len()+unaligned.Len() != 0 || !none.Equal(sets.New("a")) {
 		t.Fatalf("without a hint every device has no affinity: %v %v %v", aligned, unaligned, none)
