@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kdm-project/kdm/internal/hostfile"
 )
 
 // MaxManifestSize is the largest pod manifest kdm reads. A bigger file is skipped and counts as
@@ -189,7 +190,7 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 		return false, fmt.Errorf("pod manifest %s: %w", path, err)
 	case !fi.Mode().IsRegular():
 		s.changed(name, f, stampOf(fi))
-		return false, fmt.Errorf("pod manifest %s is not a regular file (%s); skipped", path, modeName(fi.Mode()))
+		return false, fmt.Errorf("pod manifest %s is %v; skipped", path, &hostfile.NotRegularError{Mode: fi.Mode()})
 	}
 	stamp := stampOf(fi)
 	if f.settled && f.stat == stamp {
@@ -197,7 +198,7 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 	}
 	s.changed(name, f, stamp)
 	if fi.Size() > MaxManifestSize {
-		return false, fmt.Errorf("pod manifest %s is %d bytes, more than the %d allowed; skipped", path, fi.Size(), MaxManifestSize)
+		return false, fmt.Errorf("pod manifest %s is %v; skipped", path, &hostfile.TooLargeError{Size: fi.Size(), Limit: MaxManifestSize})
 	}
 	data, ofi, err := s.read(path, MaxManifestSize)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -335,52 +336,15 @@ func (s *manifestSource) current() (map[types.UID]manifestPod, []duplicate) {
 	return pods, dups
 }
 
-// readManifestFile reads a regular file of at most limit bytes, following symbolic links. It
-// opens without blocking (a FIFO swapped in after the caller's stat cannot hang it) and checks
-// the opened file's own mode before reading anything. It returns the data and the opened
-// file's metadata.
+// readManifestFile reads a manifest: a regular file of at most limit bytes, symbolic links
+// followed, never blocking (see hostfile.Read). It returns the data and the opened file's
+// metadata; a refusal says "; skipped".
 func readManifestFile(path string, limit int64) ([]byte, os.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	data, fi, err := hostfile.Read(path, limit, true)
 	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = f.Close() }()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("not a regular file (%s); skipped", modeName(fi.Mode()))
-	}
-	if fi.Size() > limit {
-		return nil, nil, fmt.Errorf("%d bytes, more than the %d allowed; skipped", fi.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, nil, fmt.Errorf("grew past the %d bytes allowed while being read; skipped", limit)
+		return nil, nil, fmt.Errorf("%w; skipped", err)
 	}
 	return data, fi, nil
-}
-
-// modeName names a file type for messages.
-func modeName(m fs.FileMode) string {
-	switch t := m.Type(); {
-	case t&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case t&fs.ModeSocket != 0:
-		return "a socket"
-	case t&fs.ModeCharDevice != 0:
-		return "a character device"
-	case t&fs.ModeDevice != 0:
-		return "a block device"
-	case t&fs.ModeDir != 0:
-		return "a directory"
-	default:
-		return t.String()
-	}
 }
 
 // decodeManifest parses one pod (YAML or JSON). The namespace defaults to "default"; a pod

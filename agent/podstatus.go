@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/internal/hostfile"
 )
 
 // Pod phases the agent records.
@@ -161,7 +160,7 @@ func ReadResults(dir string) (map[types.UID]*PodResult, error) {
 		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") || !e.Type().IsRegular() {
 			continue
 		}
-		data, err := readBounded(filepath.Join(dir, e.Name()), maxResultSize)
+		data, _, err := hostfile.Read(filepath.Join(dir, e.Name()), maxResultSize, false)
 		if err != nil {
 			continue
 		}
@@ -175,34 +174,6 @@ func ReadResults(dir string) (map[types.UID]*PodResult, error) {
 
 // maxResultSize bounds what ReadResults reads of one file; kdm writes a few KiB per pod.
 const maxResultSize = 4 << 20
-
-// readBounded reads a regular file of at most limit bytes. It opens without following a
-// symbolic link at the last component and never blocks on a FIFO or a device.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d allowed", path, fi.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s grew past the %d bytes allowed while being read", path, limit)
-	}
-	return data, nil
-}
 
 // cleanStaleTemps removes result temp files left by a crash.
 func cleanStaleTemps(dir string) {

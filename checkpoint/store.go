@@ -3,16 +3,16 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/kdm-project/kdm/internal/hostfile"
 )
 
 const (
@@ -213,23 +213,12 @@ func (s *Store) Read() (*Data, Layout, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
-	// O_NONBLOCK: a FIFO planted at the path must not hang the reader; it is refused below.
-	f, err := os.OpenFile(s.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// A FIFO or a device planted at the path neither hangs nor fools the reader: it is
+	// refused, and is neither quarantined nor replaced.
+	b, fi, err := hostfile.Read(s.path, 0, true)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, LayoutV2, &FileError{Path: s.path, Err: ErrNotFound}
 	}
-	if err != nil {
-		return nil, LayoutV2, &FileError{Path: s.path, Err: err}
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("not a regular file but %s", fileKind(fi.Mode()))
-	}
-	var b []byte
-	if err == nil {
-		b, err = io.ReadAll(f)
-	}
-	_ = f.Close()
 	if err != nil {
 		return nil, LayoutV2, &FileError{Path: s.path, Err: fmt.Errorf("read: %w", err)}
 	}
@@ -243,22 +232,6 @@ func (s *Store) Read() (*Data, Layout, error) {
 		return nil, layout, ferr
 	}
 	return nil, layout, s.quarantineFile(fi, ferr)
-}
-
-// fileKind names a file type for an operator.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	default:
-		return fmt.Sprintf("a file of type %v", m.Type())
-	}
 }
 
 // Remove deletes the checkpoint file and fsyncs the directory. A missing

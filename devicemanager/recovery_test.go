@@ -119,7 +119,7 @@ func TestUnreadableCheckpointRefusesStart(t *testing.T) {
 	if !errors.As(err, &ue) || ue.Path != path {
 		t.Fatalf("Start = %v, want an UnreadableCheckpointError for %s", err, path)
 	}
-	want := fmt.Sprintf("cannot read the device checkpoint %s: read: not a regular file but a directory; refusing to start", path)
+	want := fmt.Sprintf("cannot read the device checkpoint %s: read: not a regular file (a directory); refusing to start", path)
 	if got := err.Error(); len(got) < len(want) || got[:len(want)] != want {
 		t.Fatalf("error text %q, want it to start with %q", got, want)
 	}

@@ -1,0 +1,95 @@
+// Package hostfile reads files that anyone on the node may have put in place: the checkpoint,
+// pod manifests, pod results. A FIFO, a device, a directory or an endless file at the path
+// must neither hang nor exhaust the reader, and the error says what was found instead.
+package hostfile
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// NotRegularError is Read's error for a path that holds something other than a regular file.
+type NotRegularError struct {
+	Mode fs.FileMode
+}
+
+func (e *NotRegularError) Error() string {
+	return fmt.Sprintf("not a regular file (%s)", Kind(e.Mode))
+}
+
+// TooLargeError is Read's error for a file of more than the allowed bytes.
+type TooLargeError struct {
+	Size, Limit int64
+}
+
+func (e *TooLargeError) Error() string {
+	if e.Size < 0 {
+		return fmt.Sprintf("grew past the %d bytes allowed while being read", e.Limit)
+	}
+	return fmt.Sprintf("%d bytes, more than the %d allowed", e.Size, e.Limit)
+}
+
+// Read returns the content of the regular file at path and the opened file's metadata. It
+// opens without blocking (a FIFO or a device cannot hang it, also when swapped in after a
+// caller's stat), checks the opened file's own mode before reading anything, and reads at most
+// limit bytes (limit <= 0: no bound). With follow false, a symbolic link as the last path
+// element is refused (ELOOP). Errors are the open's (fs.ErrNotExist, permissions),
+// *NotRegularError, *TooLargeError, or the read's.
+func Read(path string, limit int64, follow bool) ([]byte, fs.FileInfo, error) {
+	flags := os.O_RDONLY | syscall.O_NONBLOCK | syscall.O_NOCTTY
+	if !follow {
+		flags |= syscall.O_NOFOLLOW
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, &NotRegularError{Mode: fi.Mode()}
+	}
+	if limit <= 0 {
+		data, err := io.ReadAll(f)
+		return data, fi, err
+	}
+	if fi.Size() > limit {
+		return nil, nil, &TooLargeError{Size: fi.Size(), Limit: limit}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, nil, &TooLargeError{Size: -1, Limit: limit}
+	}
+	return data, fi, nil
+}
+
+// Kind names a file type for an operator: "a named pipe", "a directory", ...
+func Kind(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	case t&fs.ModeDevice != 0:
+		return "a block device"
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case t == 0:
+		return "a regular file"
+	default:
+		return "a file of type " + t.String()
+	}
+}
