@@ -225,7 +225,12 @@ func (a *Agent) readyAfter(n int) func() {
 // devices every container of those pods held: the agent's second copy of the assignments,
 // which the manager restores if the checkpoint was lost.
 func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.PodDevicesEntry, error) {
-	results, err := ReadResults(a.cfg.PodsDir())
+	results, skipped, err := readResults(a.cfg.PodsDir())
+	for _, err := range skipped {
+		// Such a pod is not known as running: if the checkpoint holds its devices they
+		// stay assigned, but they cannot be restored from this copy.
+		a.log.Error(err, "Skipped a pod result that cannot be used")
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading previous pod results: %w", err)
 	}

@@ -146,30 +146,46 @@ func writeResult(dir string, pod *v1.Pod, r *PodResult) error {
 	return nil
 }
 
-// ReadResults reads every pod result in dir, keyed by pod UID. Unreadable files are skipped.
+// ReadResults reads every pod result in dir, keyed by pod UID. Files that cannot be read or
+// decoded are skipped (the agent logs them at start: see readResults).
 func ReadResults(dir string) (map[types.UID]*PodResult, error) {
+	out, _, err := readResults(dir)
+	return out, err
+}
+
+// readResults is ReadResults, and also says why each skipped *.json file was skipped.
+func readResults(dir string) (map[types.UID]*PodResult, []error, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[types.UID]*PodResult{}, nil
+		return map[types.UID]*PodResult{}, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := map[types.UID]*PodResult{}
+	var skipped []error
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") || !e.Type().IsRegular() {
+		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		data, _, err := hostfile.Read(filepath.Join(dir, e.Name()), maxResultSize, false)
+		path := filepath.Join(dir, e.Name())
+		data, _, err := hostfile.Read(path, maxResultSize, false)
 		if err != nil {
+			skipped = append(skipped, fmt.Errorf("pod result %s: %w", path, err))
 			continue
 		}
 		r := &PodResult{}
-		if json.Unmarshal(data, r) == nil && r.UID != "" {
-			out[r.UID] = r
+		if err := json.Unmarshal(data, r); err != nil {
+			skipped = append(skipped, fmt.Errorf("pod result %s: %w", path, err))
+			continue
 		}
+		if r.UID == "" {
+			skipped = append(skipped, fmt.Errorf("pod result %s: no pod UID", path))
+			continue
+		}
+		out[r.UID] = r
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 // maxResultSize bounds what ReadResults reads of one file; kdm writes a few KiB per pod.

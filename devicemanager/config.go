@@ -71,8 +71,9 @@ type Config struct {
 	Policy Policy
 
 	// OnAdmissionDeferred, if set, is called when an admission starts waiting for a resource's
-	// plugin (Policy.DeferAdmission), so an agent can report the pod as pending. It must not
-	// block or call back into the manager.
+	// plugin (Policy.DeferAdmission), so an agent can report the pod as pending. It runs in
+	// the admitting goroutine with none of the manager's locks held: it may call back into
+	// the manager, and while it runs only that admission waits.
 	OnAdmissionDeferred func(podUID, containerName, resource string)
 }
 
