@@ -111,7 +111,7 @@ func BenchmarkWrite(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			d := benchData(b, n)
-			s, err := NewStore(b.TempDir())
+			s, err := NewStore(StoreConfig{Dir: b.TempDir()})
 			if err != nil {
 				b.Fatal(err)
 			}

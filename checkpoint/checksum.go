@@ -157,45 +157,39 @@ func (s *hasher) bytesDec(b []byte) {
 }
 
 // devMap emits DEVMAP with keys in ascending numeric order.
-func (s *hasher) devMap(m DevicesPerNUMA) {
-	if m == nil {
-		s.frag(s.t.nilText)
-		return
-	}
-	s.ikeys = s.ikeys[:0]
-	for k := range m {
-		s.ikeys = append(s.ikeys, k)
-	}
-	slices.Sort(s.ikeys)
-	s.frag(s.t.mapOpen)
-	for i, k := range s.ikeys {
-		if i > 0 {
-			s.char(' ')
-		}
-		s.int(k)
-		s.char(':')
-		s.strList(m[k])
-	}
-	s.char(']')
-}
+func (s *hasher) devMap(m DevicesPerNUMA) { listMap(s, m, &s.ikeys) }
 
 // regMap emits REG with keys in byte-wise ascending order.
-func (s *hasher) regMap(m map[string][]string) {
+func (s *hasher) regMap(m map[string][]string) { listMap(s, m, &s.skeys) }
+
+// listMap emits a map of string lists: <nil>, or "map[" then k:STRLIST pairs
+// in ascending key order, separated by spaces, then "]". Numbers are
+// printed in decimal and strings raw; keys is the hasher's reusable buffer
+// for sorting them. int64 and string have different GC shapes, so each
+// instantiation is compiled for its key type and the type switch below
+// resolves at compile time: no interface conversion, no allocation.
+func listMap[K int64 | string](s *hasher, m map[K][]string, keys *[]K) {
 	if m == nil {
 		s.frag(s.t.nilText)
 		return
 	}
-	s.skeys = s.skeys[:0]
+	ks := (*keys)[:0]
 	for k := range m {
-		s.skeys = append(s.skeys, k)
+		ks = append(ks, k)
 	}
-	slices.Sort(s.skeys)
+	slices.Sort(ks)
+	*keys = ks
 	s.frag(s.t.mapOpen)
-	for i, k := range s.skeys {
+	for i, k := range ks {
 		if i > 0 {
 			s.char(' ')
 		}
-		s.str(k)
+		switch k := any(k).(type) {
+		case int64:
+			s.int(k)
+		case string:
+			s.str(k)
+		}
 		s.char(':')
 		s.strList(m[k])
 	}
@@ -222,25 +216,34 @@ func (s *hasher) entryTail(alloc []byte) {
 // data emits HASHED for the V2 layout.
 func (s *hasher) data(d *Data) {
 	s.frag(s.t.head)
-	if d.PodDeviceEntries == nil {
-		s.frag(s.t.nilText)
-	} else {
-		s.char('[')
-		for i := range d.PodDeviceEntries {
-			if i > 0 {
-				s.char(' ')
-			}
-			e := &d.PodDeviceEntries[i]
-			s.entryHead(e.PodUID, e.ContainerName, e.ResourceName)
-			s.frag(s.t.devices)
-			s.devMap(e.DeviceIDs)
-			s.entryTail(e.AllocResp)
-		}
-		s.char(']')
-	}
+	s.entries(d.PodDeviceEntries == nil, len(d.PodDeviceEntries), func(i int) {
+		e := &d.PodDeviceEntries[i]
+		s.entryHead(e.PodUID, e.ContainerName, e.ResourceName)
+		s.frag(s.t.devices)
+		s.devMap(e.DeviceIDs)
+		s.entryTail(e.AllocResp)
+	})
 	s.frag(s.t.reg)
 	s.regMap(d.RegisteredDevices)
 	s.char('}')
+}
+
+// entries emits the PodDeviceEntries list of either layout: <nil> when
+// isNil, else "[", the n entries separated by spaces, each emitted by entry,
+// then "]".
+func (s *hasher) entries(isNil bool, n int, entry func(i int)) {
+	if isNil {
+		s.frag(s.t.nilText)
+		return
+	}
+	s.char('[')
+	for i := range n {
+		if i > 0 {
+			s.char(' ')
+		}
+		entry(i)
+	}
+	s.char(']')
 }
 
 // appendInt appends the decimal form of v.

@@ -27,22 +27,13 @@ type dataV1 struct {
 func checksumV1(d *dataV1) uint32 {
 	s := newHasher(true)
 	s.frag(s.t.headV1)
-	if d.PodDeviceEntries == nil {
-		s.frag(s.t.nilText)
-	} else {
-		s.char('[')
-		for i := range d.PodDeviceEntries {
-			if i > 0 {
-				s.char(' ')
-			}
-			e := &d.PodDeviceEntries[i]
-			s.entryHead(e.PodUID, e.ContainerName, e.ResourceName)
-			s.frag(s.t.devicesV1)
-			s.strList(e.DeviceIDs)
-			s.entryTail(e.AllocResp)
-		}
-		s.char(']')
-	}
+	s.entries(d.PodDeviceEntries == nil, len(d.PodDeviceEntries), func(i int) {
+		e := &d.PodDeviceEntries[i]
+		s.entryHead(e.PodUID, e.ContainerName, e.ResourceName)
+		s.frag(s.t.devicesV1)
+		s.strList(e.DeviceIDs)
+		s.entryTail(e.AllocResp)
+	})
 	s.frag(s.t.reg)
 	s.regMap(d.RegisteredDevices)
 	s.char('}')

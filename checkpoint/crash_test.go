@@ -60,7 +60,7 @@ func runCrashWriter(dir string) int {
 		fmt.Fprintln(os.Stderr, "bad", crashRunEnv, err)
 		return 2
 	}
-	s, err := NewStore(dir)
+	s, err := NewStore(StoreConfig{Dir: dir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -191,7 +191,7 @@ func TestCrashDuringWrite(t *testing.T) {
 		if len(tempFiles(t, dir)) > 0 {
 			leftTemp++
 		}
-		if _, err := NewStore(dir); err != nil {
+		if _, err := NewStore(StoreConfig{Dir: dir}); err != nil {
 			t.Fatal(err)
 		}
 		if tf := tempFiles(t, dir); len(tf) != 0 {

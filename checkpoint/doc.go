@@ -61,8 +61,8 @@
 // checksum mismatch): it renames it to
 // "kubelet_internal_checkpoint.corrupt-<UTC time>" and returns a
 // *QuarantineError, so the caller learns about it and the evidence is not
-// silently overwritten by the next write. WithQuarantine(false) restores
-// the kubelet 1.36 behaviour (report only; the next Write replaces the file).
+// silently overwritten by the next write. StoreConfig.OverwriteCorrupt
+// restores the kubelet 1.36 behaviour (report only; the next Write replaces the file).
 //
 // # Errors
 //

@@ -45,51 +45,24 @@ type Store struct {
 	mu sync.Mutex
 }
 
-// StoreOption configures a Store.
-type StoreOption func(*Store)
-
-// WithLogger sets the logger for the store's events (quarantine, stale temp
-// file removal, writes at V(4)). The default discards everything.
-func WithLogger(logger klog.Logger) StoreOption {
-	return func(s *Store) { s.logger = logger }
-}
-
-// WithQuarantine turns quarantining of unusable files on (the default) or
-// off. Off is the kubelet 1.36 behaviour: Read only reports the error and the
-// next Write replaces the file.
-func WithQuarantine(on bool) StoreOption {
-	return func(s *Store) { s.quarantine = on }
-}
-
-// WithClock sets the clock that timestamps quarantined files. The default
-// is the real clock.
-func WithClock(c clock.PassiveClock) StoreOption {
-	return func(s *Store) { s.clock = c }
-}
-
-// NewStore returns the Store for dir/kubelet_internal_checkpoint. It creates
-// dir with DirMode if it is missing, and removes temporary files that a
-// writer killed mid-write left behind (only names starting with
+// NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
+// creates the directory with DirMode if it is missing, and removes temporary
+// files that a writer killed mid-write left behind (only names starting with
 // ".kubelet_internal_checkpoint.tmp-"; the kubelet's own temp files are not
-// touched). It fails if dir is empty, an option is invalid, or the directory
-// cannot be created, listed or cleaned.
-func NewStore(dir string, opts ...StoreOption) (*Store, error) {
-	if dir == "" {
-		return nil, errors.New("checkpoint store: empty directory")
+// touched). It fails with cfg.Validate's error if cfg is invalid, or if the
+// directory cannot be created, listed or cleaned.
+func NewStore(cfg StoreConfig) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	s := &Store{
-		dir:        filepath.Clean(dir),
-		logger:     klog.Logger{}, // the zero logr.Logger discards everything
-		quarantine: true,
-		clock:      clock.RealClock{},
-	}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(s)
-		}
+		dir:        filepath.Clean(cfg.Dir),
+		logger:     cfg.Logger, // the zero logr.Logger discards everything
+		quarantine: !cfg.OverwriteCorrupt,
+		clock:      cfg.Clock,
 	}
 	if s.clock == nil {
-		return nil, errors.New("checkpoint store: WithClock(nil)")
+		s.clock = clock.RealClock{}
 	}
 	s.path = filepath.Join(s.dir, FileName)
 	if err := os.MkdirAll(s.dir, DirMode); err != nil {

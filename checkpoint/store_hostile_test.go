@@ -23,7 +23,7 @@ func TestReadRefusesNonRegularFiles(t *testing.T) {
 			if err := plant(path); err != nil {
 				t.Fatal(err)
 			}
-			s, err := NewStore(dir)
+			s, err := NewStore(StoreConfig{Dir: dir})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -37,9 +37,9 @@ func tempFiles(t *testing.T, dir string) []string {
 	return m
 }
 
-func newTestStore(t *testing.T, dir string, opts ...StoreOption) *Store {
+func newTestStore(t *testing.T, cfg StoreConfig) *Store {
 	t.Helper()
-	s, err := NewStore(dir, opts...)
+	s, err := NewStore(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func newTestStore(t *testing.T, dir string, opts ...StoreOption) *Store {
 // mode 0600, and that no temporary file is left.
 func TestStoreRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	s := newTestStore(t, dir)
+	s := newTestStore(t, StoreConfig{Dir: dir})
 	if want := filepath.Join(dir, FileName); s.Path() != want {
 		t.Errorf("Path = %s, want %s", s.Path(), want)
 	}
@@ -96,7 +96,7 @@ func TestStoreRoundTrip(t *testing.T) {
 
 // TestStoreReadMissing checks a missing file is ErrNotFound with the path.
 func TestStoreReadMissing(t *testing.T) {
-	s := newTestStore(t, t.TempDir())
+	s := newTestStore(t, StoreConfig{Dir: t.TempDir()})
 	_, _, err := s.Read()
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("err = %v, want ErrNotFound", err)
@@ -131,7 +131,7 @@ func TestStoreQuarantine(t *testing.T) {
 			dir := t.TempDir()
 			var logs bytes.Buffer
 			logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logs)))
-			s := newTestStore(t, dir, WithClock(clocktesting.NewFakePassiveClock(now)), WithLogger(logger))
+			s := newTestStore(t, StoreConfig{Dir: dir, Clock: clocktesting.NewFakePassiveClock(now), Logger: logger})
 			if err := os.WriteFile(s.Path(), c.content, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +177,7 @@ func TestStoreQuarantine(t *testing.T) {
 // same second does not overwrite the first.
 func TestStoreQuarantineNameCollision(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 13, 45, 1, 0, time.UTC))
-	s := newTestStore(t, t.TempDir(), WithClock(clk))
+	s := newTestStore(t, StoreConfig{Dir: t.TempDir(), Clock: clk})
 	var got []string
 	for i := 0; i < 3; i++ {
 		if err := os.WriteFile(s.Path(), []byte(fmt.Sprintf("junk %d", i)), 0o600); err != nil {
@@ -209,7 +209,7 @@ func TestStoreQuarantineNameCollision(t *testing.T) {
 // the path and reason, the file stays, and the next Write replaces it.
 func TestStoreQuarantineOff(t *testing.T) {
 	dir := t.TempDir()
-	s := newTestStore(t, dir, WithQuarantine(false))
+	s := newTestStore(t, StoreConfig{Dir: dir, OverwriteCorrupt: true})
 	corrupt := readGolden(t, "corrupt-checksum")
 	if err := os.WriteFile(s.Path(), corrupt, 0o600); err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func TestStoreQuarantineOff(t *testing.T) {
 // TestStoreReadNotCorrupt checks an I/O failure (the path is a directory) is
 // reported with the path and is neither ErrCorrupt nor quarantined.
 func TestStoreReadNotCorrupt(t *testing.T) {
-	s := newTestStore(t, t.TempDir())
+	s := newTestStore(t, StoreConfig{Dir: t.TempDir()})
 	if err := os.Mkdir(s.Path(), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestStoreReadNotCorrupt(t *testing.T) {
 // error names the path.
 func TestStoreWriteFailureRemovesTemp(t *testing.T) {
 	dir := t.TempDir()
-	s := newTestStore(t, dir)
+	s := newTestStore(t, StoreConfig{Dir: dir})
 	if err := os.MkdirAll(filepath.Join(s.Path(), "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestStoreWriteFailureRemovesTemp(t *testing.T) {
 // is touched.
 func TestStoreWriteInvalidUTF8(t *testing.T) {
 	dir := t.TempDir()
-	s := newTestStore(t, dir)
+	s := newTestStore(t, StoreConfig{Dir: dir})
 	d := sampleData()
 	d.PodDeviceEntries[0].ContainerName = "\xc3"
 	if err := s.Write(d); !errors.Is(err, ErrInvalidUTF8) {
@@ -290,7 +290,7 @@ func TestStoreWriteInvalidUTF8(t *testing.T) {
 	}
 }
 
-// TestNewStore checks directory creation, option validation and that only
+// TestNewStore checks directory creation and that only
 // this package's stale temporary files are removed.
 func TestNewStore(t *testing.T) {
 	root := t.TempDir()
@@ -301,7 +301,7 @@ func TestNewStore(t *testing.T) {
 		filepath.Join(dir, "kubelet.sock.tmp-1"),
 		filepath.Join(dir, FileName+".corrupt-20261122T134501Z"),
 	}
-	s := newTestStore(t, dir)
+	s := newTestStore(t, StoreConfig{Dir: dir})
 	fi, err := os.Stat(dir)
 	if err != nil || !fi.IsDir() || fi.Mode().Perm()&^DirMode != 0 {
 		t.Fatalf("directory: %v, %v", fi, err)
@@ -316,7 +316,7 @@ func TestNewStore(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logs), textlogger.Verbosity(2)))
-	s2 := newTestStore(t, dir, WithLogger(logger))
+	s2 := newTestStore(t, StoreConfig{Dir: dir, Logger: logger})
 	if s2.Path() != s.Path() {
 		t.Errorf("paths differ: %s, %s", s2.Path(), s.Path())
 	}
@@ -332,17 +332,11 @@ func TestNewStore(t *testing.T) {
 		t.Errorf("removal not logged: %s", logs.String())
 	}
 
-	if _, err := NewStore(""); err == nil {
-		t.Error("NewStore(\"\") succeeded")
-	}
-	if _, err := NewStore(root, WithClock(nil)); err == nil {
-		t.Error("NewStore with a nil clock succeeded")
-	}
 	file := filepath.Join(root, "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewStore(filepath.Join(file, "sub")); err == nil {
+	if _, err := NewStore(StoreConfig{Dir: filepath.Join(file, "sub")}); err == nil {
 		t.Error("NewStore under a regular file succeeded")
 	}
 }
@@ -350,7 +344,7 @@ func TestNewStore(t *testing.T) {
 // TestStoreRemove checks Remove deletes the file and that removing a
 // missing file is not an error.
 func TestStoreRemove(t *testing.T) {
-	s := newTestStore(t, t.TempDir())
+	s := newTestStore(t, StoreConfig{Dir: t.TempDir()})
 	if err := s.Remove(); err != nil {
 		t.Errorf("Remove of missing file: %v", err)
 	}
@@ -369,7 +363,7 @@ func TestStoreRemove(t *testing.T) {
 // every read sees one complete written state and no temporary file is left.
 func TestStoreConcurrent(t *testing.T) {
 	dir := t.TempDir()
-	s := newTestStore(t, dir)
+	s := newTestStore(t, StoreConfig{Dir: dir})
 	if err := s.Write(sampleData()); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdm-project/kdm/internal/testbin"
 )
 
 // binDir holds kdm, kdm-nvml-plugin and faultplugin, built once by TestMain.
@@ -22,22 +24,17 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "kdm-conformance-bin")
+	dir, err := testbin.Build("kdm-conformance-bin", map[string]string{
+		"kdm":             "../cmd/kdm",
+		"kdm-nvml-plugin": "../cmd/kdm-nvml-plugin",
+		"faultplugin":     "./testdata/faultplugin",
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	binDir = dir
-	for name, pkg := range map[string]string{"kdm": "../cmd/kdm", "kdm-nvml-plugin": "../cmd/kdm-nvml-plugin",
-		"faultplugin": "./testdata/faultplugin"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n", name, err)
-			return 1
-		}
-	}
 	return m.Run()
 }
 

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,105 +13,6 @@ import (
 
 	"github.com/kdm-project/kdm/endpoint"
 )
-
-// Timings are the bounds the checks apply. The defaults are the numbers of the check list in
-// docs/conformance.md; tests shorten the ones that only set how long the suite watches
-// (CPUWindow, ManagerDelay, StreamCloseWindow).
-type Timings struct {
-	// Register bounds the first registration after start (check 1), the re-registration after a
-	// manager restart for a PASS (check 4) and the registration once the manager appears
-	// (check 5). Default 5s.
-	Register time.Duration
-	// RegisterWarn bounds the re-registration after a restart for a WARN (check 4). Default 15s.
-	RegisterWarn time.Duration
-	// FirstList bounds the first ListAndWatch list after a registration. Default 5s.
-	FirstList time.Duration
-	// ManagerDelay is how long the manager stays absent after the plugin starts (check 5).
-	// Default 3s.
-	ManagerDelay time.Duration
-	// StreamCloseWindow is how long the plugin is watched after its stream is closed (check 6).
-	// Default 3s.
-	StreamCloseWindow time.Duration
-	// CPUWindow is the idle window measured after a restart (check 8). Default 10s.
-	CPUWindow time.Duration
-	// CPULimit is the largest idle CPU use that passes, as a fraction of one core. Default 0.05.
-	CPULimit float64
-	// Term bounds the exit after SIGTERM (check 9). Default 5s.
-	Term time.Duration
-	// Health bounds a health change reaching the manager (check 10). Default 5s.
-	Health time.Duration
-	// RPC bounds each Allocate, GetPreferredAllocation and PreStartContainer call (check 3).
-	// Default 10s.
-	RPC time.Duration
-}
-
-// DefaultTimings are the bounds of the check list.
-func DefaultTimings() Timings {
-	return Timings{Register: 5 * time.Second, RegisterWarn: 15 * time.Second, FirstList: 5 * time.Second,
-		ManagerDelay: 3 * time.Second, StreamCloseWindow: 3 * time.Second, CPUWindow: 10 * time.Second,
-		CPULimit: 0.05, Term: 5 * time.Second, Health: 5 * time.Second, RPC: 10 * time.Second}
-}
-
-func (t Timings) withDefaults() Timings {
-	d := DefaultTimings()
-	for _, f := range []struct{ v, def *time.Duration }{{&t.Register, &d.Register}, {&t.RegisterWarn, &d.RegisterWarn},
-		{&t.FirstList, &d.FirstList}, {&t.ManagerDelay, &d.ManagerDelay}, {&t.StreamCloseWindow, &d.StreamCloseWindow},
-		{&t.CPUWindow, &d.CPUWindow}, {&t.Term, &d.Term}, {&t.Health, &d.Health}, {&t.RPC, &d.RPC}} {
-		if *f.v <= 0 {
-			*f.v = *f.def
-		}
-	}
-	if t.CPULimit <= 0 {
-		t.CPULimit = d.CPULimit
-	}
-	if t.RegisterWarn < t.Register {
-		t.RegisterWarn = t.Register
-	}
-	return t
-}
-
-// Config describes a conformance run.
-type Config struct {
-	// Command is the plugin command and its arguments. Required. Every argument "{dir}" is
-	// replaced by the plugin directory.
-	Command []string
-	// Dir is the device-plugin directory: kubelet.sock is served there and the plugin's
-	// socket is expected there. Required, absolute; created if missing. Every socket in it is
-	// removed at each manager start, as the kubelet does.
-	Dir string
-	// DirFlag, if set, appends "--<DirFlag>=<Dir>" to the command.
-	DirFlag string
-	// DirEnv, if set, adds "<DirEnv>=<Dir>" to the plugin's environment.
-	DirEnv string
-	// HealthTrigger and HealthRestore are shell commands (sh -c) that make one device of the
-	// plugin unhealthy and healthy again (check 10, skipped without HealthTrigger). They get
-	// KDM_CONFORMANCE_DEVICE (a device ID the plugin listed) and KDM_CONFORMANCE_DIR.
-	HealthTrigger, HealthRestore string
-	// Timings are the check bounds; zero fields take DefaultTimings.
-	Timings Timings
-	// PluginOutput receives the plugin's stdout and stderr. Nil discards them.
-	PluginOutput io.Writer
-	// Logger receives the probe's logs. The zero Logger discards them.
-	Logger klog.Logger
-}
-
-// Validate reports what is wrong with the configuration, if anything.
-func (c Config) Validate() error {
-	var errs []error
-	if len(c.Command) == 0 || c.Command[0] == "" {
-		errs = append(errs, errors.New("no plugin command given"))
-	}
-	if c.Dir == "" || !strings.HasPrefix(c.Dir, "/") {
-		errs = append(errs, fmt.Errorf("plugin directory must be an absolute path: %q", c.Dir))
-	}
-	if c.DirFlag != "" && strings.HasPrefix(c.DirFlag, "-") {
-		errs = append(errs, fmt.Errorf("--dir-flag takes the flag's name without dashes: %q", c.DirFlag))
-	}
-	if c.HealthRestore != "" && c.HealthTrigger == "" {
-		errs = append(errs, errors.New("a health restore command needs a health trigger command"))
-	}
-	return errors.Join(errs...)
-}
 
 // PluginArgs returns the command line the plugin is started with.
 func (c Config) PluginArgs() []string {
@@ -251,20 +151,20 @@ func (r *runner) lastAccepted() (regView, bool) {
 
 // ensureRegistered makes sure the manager probe runs, the plugin runs and it has a live
 // registration, restarting the plugin if it has exited (as a restart loop would). It returns
-// a note for the evidence when it had to act, and an error when the plugin cannot be brought
-// back.
-func (r *runner) ensureRegistered() (note string, err error) {
+// the check's first evidence, a note when it had to act (nil when it did not), and an error
+// when the plugin cannot be brought back.
+func (r *runner) ensureRegistered() (ev []string, err error) {
 	if !r.reg.running() {
 		if err := r.reg.start(); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
 	if r.proc.alive() {
 		if v, ok := r.lastAccepted(); ok && v.process == r.proc.count() && v.generation == r.reg.currentGeneration() {
-			return "", nil
+			return nil, nil
 		}
 		if _, ok := r.waitAccepted(len(r.reg.snapshot()), r.t.Register); ok {
-			return "", nil
+			return nil, nil
 		}
 		// Alive but not registered: restart it as a supervisor would.
 		r.proc.kill(5 * time.Second)
@@ -272,12 +172,12 @@ func (r *runner) ensureRegistered() (note string, err error) {
 	status := r.proc.exitStatus()
 	from := len(r.reg.snapshot())
 	if err := r.proc.start(); err != nil {
-		return "", err
+		return nil, err
 	}
 	if _, ok := r.waitAccepted(from, r.t.Register); !ok {
-		return "", fmt.Errorf("the plugin (%s) was restarted to continue but did not register within %v", status, r.t.Register)
+		return nil, fmt.Errorf("the plugin (%s) was restarted to continue but did not register within %v", status, r.t.Register)
 	}
-	return fmt.Sprintf("the plugin had stopped serving (%s); restarted it to continue", status), nil
+	return []string{fmt.Sprintf("the plugin had stopped serving (%s); restarted it to continue", status)}, nil
 }
 
 // sinceStr formats the time from a to b in seconds with two decimals.

@@ -18,11 +18,17 @@ import (
 // before it is removed (the kubelet's endpointStopGracePeriod).
 const DefaultGracePeriod = 5 * time.Minute
 
+// DefaultDeferAdmissionTimeout is how long an admission waits for a checkpointed plugin to
+// re-register when Policy.DeferAdmission is on and Policy.DeferAdmissionTimeout is zero.
+const DefaultDeferAdmissionTimeout = 2 * time.Minute
+
 // KubeletSocketName is the name of the registration socket inside the plugin directory.
 const KubeletSocketName = "kubelet.sock"
 
-// Config describes a ManagerImpl. The zero value, once defaulted, behaves like the kubelet
-// v1.36 device manager on /var/lib/kubelet/device-plugins.
+// Config describes a ManagerImpl. Every field's zero value means the default documented on it,
+// and the zero Config behaves like the kubelet v1.36 device manager on
+// /var/lib/kubelet/device-plugins. Values that are set are used as given: New rejects invalid
+// ones with Validate's error instead of correcting them.
 type Config struct {
 	// PluginDir holds kubelet.sock, the plugins' sockets and the checkpoint.
 	// Default: pluginapi.DevicePluginPath. Must be absolute.
@@ -33,10 +39,15 @@ type Config struct {
 	// connected like a Register call. Typically <root-dir>/plugins_registry.
 	PluginWatcherDir string
 
-	// GracePeriod is how long a stopped endpoint keeps its resource. Default DefaultGracePeriod.
+	// GracePeriod is how long a stopped endpoint keeps its resource. Zero means
+	// DefaultGracePeriod; negative is invalid.
 	GracePeriod time.Duration
 
-	// Endpoint carries the dial and RPC deadlines used for every plugin.
+	// Endpoint carries the dial and RPC deadlines used for every plugin; its zero fields mean
+	// what endpoint.Config documents, except that zero AllocateTimeout and
+	// PreferredAllocationTimeout take Policy's. Its Clock must be nil: endpoints run on Clock,
+	// so that stop times and grace periods are measured by one clock. Its zero Logger means
+	// Logger.
 	Endpoint endpoint.Config
 
 	// Clock drives grace periods and stop times. Default: the real clock.
@@ -50,7 +61,7 @@ type Config struct {
 
 	// QuarantineCorruptCheckpoint renames an unreadable checkpoint aside
 	// (kubelet_internal_checkpoint.corrupt-<time>) instead of letting the next write replace it.
-	// The kubelet never does this; kdm's default is to keep the evidence.
+	// The kubelet never does this; kdm's default (nil means true) is to keep the evidence.
 	QuarantineCorruptCheckpoint *bool
 
 	// ContinueOnUnreadableCheckpoint makes Start go on with empty state when the checkpoint
@@ -82,7 +93,8 @@ type Config struct {
 type Policy struct {
 	// DeferAdmission makes Allocate wait, up to DeferAdmissionTimeout, for a plugin that is
 	// known from the checkpoint but has not re-registered yet, instead of failing with
-	// "no healthy devices present".
+	// "no healthy devices present". A zero DeferAdmissionTimeout means DefaultDeferAdmissionTimeout
+	// (two minutes); negative is invalid.
 	DeferAdmission        bool
 	DeferAdmissionTimeout time.Duration
 
@@ -146,7 +158,7 @@ func KubeletPolicy() Policy { return Policy{} }
 func KDMPolicy() Policy {
 	return Policy{
 		DeferAdmission:              true,
-		DeferAdmissionTimeout:       2 * time.Minute,
+		DeferAdmissionTimeout:       DefaultDeferAdmissionTimeout,
 		KeepCompletedInitDevices:    true,
 		PreferredAllocationFallback: true,
 		CoalesceDeviceListWrites:    true,
@@ -157,6 +169,8 @@ func KDMPolicy() Policy {
 	}
 }
 
+// withDefaults returns c with each zero field set to its documented default. It does not
+// check c: New calls Validate first.
 func (c Config) withDefaults() Config {
 	if c.PluginDir == "" {
 		c.PluginDir = pluginapi.DevicePluginPath
@@ -175,7 +189,7 @@ func (c Config) withDefaults() Config {
 		c.QuarantineCorruptCheckpoint = &on
 	}
 	if c.Policy.DeferAdmission && c.Policy.DeferAdmissionTimeout == 0 {
-		c.Policy.DeferAdmissionTimeout = 2 * time.Minute
+		c.Policy.DeferAdmissionTimeout = DefaultDeferAdmissionTimeout
 	}
 	// The endpoint's own RPC deadlines win; where unset, the policy's apply.
 	if c.Endpoint.AllocateTimeout == 0 {
@@ -184,13 +198,17 @@ func (c Config) withDefaults() Config {
 	if c.Endpoint.PreferredAllocationTimeout == 0 {
 		c.Endpoint.PreferredAllocationTimeout = c.Policy.PreferredAllocationTimeout
 	}
-	c.Endpoint.Clock = c.Clock
-	c.Endpoint.Logger = c.Logger
+	c.Endpoint.Clock = c.Clock // Validate makes sure it was nil
+	if c.Endpoint.Logger.GetSink() == nil {
+		c.Endpoint.Logger = c.Logger
+	}
 	c.Endpoint = c.Endpoint.WithDefaults()
 	return c
 }
 
-// Validate reports what is wrong with the configuration, if anything.
+// Validate reports every invalid value in c, joined with errors.Join in the order the fields
+// are declared (Endpoint's own errors in its field order, then Policy's). It changes nothing,
+// and every zero value is valid. The relative plugin directory error is the kubelet's.
 func (c Config) Validate() error {
 	var errs []error
 	if c.PluginDir != "" && !filepath.IsAbs(c.PluginDir) {
@@ -201,6 +219,12 @@ func (c Config) Validate() error {
 	}
 	if c.GracePeriod < 0 {
 		errs = append(errs, fmt.Errorf("grace period must not be negative: %v", c.GracePeriod))
+	}
+	if err := c.Endpoint.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Endpoint.Clock != nil {
+		errs = append(errs, errors.New("endpoint clock must be nil: endpoints use the manager's Clock"))
 	}
 	if c.Policy.DeferAdmissionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("defer admission timeout must not be negative: %v", c.Policy.DeferAdmissionTimeout))

@@ -171,8 +171,8 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 	if err := os.MkdirAll(m.cfg.PluginDir, 0o750); err != nil {
 		return fmt.Errorf("creating device plugin directory: %w", err)
 	}
-	store, err := checkpoint.NewStore(m.cfg.PluginDir,
-		checkpoint.WithLogger(m.log), checkpoint.WithQuarantine(*m.cfg.QuarantineCorruptCheckpoint))
+	store, err := checkpoint.NewStore(checkpoint.StoreConfig{Dir: m.cfg.PluginDir,
+		Logger: m.log, OverwriteCorrupt: !*m.cfg.QuarantineCorruptCheckpoint})
 	if err != nil {
 		return fmt.Errorf("opening checkpoint store: %w", err)
 	}

@@ -57,7 +57,7 @@ func TestRecoveryFromEmbedderRecords(t *testing.T) {
 				if got, want := fmt.Sprint(b.GetDevices("p1", "c")), fmt.Sprint(a.GetDevices("p1", "c")); got != want {
 					t.Fatalf("recovered assignment %s, want %s", got, want)
 				}
-				store, err := checkpoint.NewStore(dir)
+				store, err := checkpoint.NewStore(checkpoint.StoreConfig{Dir: dir})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Defaults applied by New.
+// Defaults applied by New; see the Config fields.
 const (
 	// DefaultRegisterTimeout bounds one Register call, as the kubelet's own stub plugin does
 	// (10s blocking dial).
@@ -67,27 +67,34 @@ func (m RegistrationMode) String() string {
 	}
 }
 
-// Config describes one device plugin. New validates it and fills in the defaults; the
-// caller's Config (and the slices and messages it points to) is not retained.
+// Config describes one device plugin. Every field but ResourceName may be left zero: the zero
+// value means the default documented on the field. [Config.Validate] rejects bad values, never
+// correcting them, and New calls it first; the caller's Config (and the slices and messages it
+// points to) is not retained.
 type Config struct {
-	// ResourceName is the extended resource, e.g. "example.com/gpu". Required. It is not
-	// otherwise validated, so that tests can check a manager's rejection of bad names.
+	// ResourceName is the extended resource, e.g. "example.com/gpu". Required; it must be an
+	// extended resource name as the kubelet defines it: domain-qualified, outside the
+	// kubernetes.io domains, and not starting with "requests.".
 	ResourceName string
 	// PluginDir is the directory of the plugin socket and, by default, of kubelet.sock.
-	// Default pluginapi.DevicePluginPath. Made absolute; created (0750) by Start if missing.
+	// Default pluginapi.DevicePluginPath. A relative path is made absolute against the
+	// working directory; Start creates the directory (0750) if it is missing.
 	PluginDir string
 	// SocketName is the plugin socket's file name inside PluginDir, sent as the Register
 	// request's Endpoint. Default: the resource name with "/" replaced by "_", plus ".sock"
-	// ("example.com/gpu" → "example.com_gpu.sock"). Must be a plain file name.
+	// ("example.com/gpu" → "example.com_gpu.sock"). Must be a plain file name, and
+	// PluginDir/SocketName must fit a unix socket address (107 bytes).
 	SocketName string
-	// KubeletSocket is the kubelet's Registration socket. Default PluginDir/kubelet.sock.
+	// KubeletSocket is the kubelet's Registration socket. Default PluginDir/kubelet.sock. A
+	// relative path is made absolute; in RegisterWithKubelet mode it must fit a unix socket
+	// address (107 bytes).
 	KubeletSocket string
 	// Options is served by GetDevicePluginOptions and sent in the Register request. Nil means
 	// all options off. It is a pointer because protobuf messages must not be copied by value
 	// (go vet copylocks).
 	Options *pluginapi.DevicePluginOptions
-	// Devices is the initial device list. Nil entries are an error; duplicate IDs are allowed
-	// and sent as given (useful for testing a manager).
+	// Devices is the initial device list. Nil entries are invalid. IDs and health values are
+	// sent as given, duplicates included (useful for testing a manager).
 	Devices []*pluginapi.Device
 	// Allocate answers Allocate. Nil: for each container request, an error (InvalidArgument)
 	// if an ID is not in the current device list, else a response whose only content is the
@@ -100,14 +107,17 @@ type Config struct {
 	GetPreferredAllocation PreferredFunc
 	// PreStartContainer answers PreStartContainer. Nil: an empty response.
 	PreStartContainer PreStartFunc
-	// Registration chooses how the plugin registers. Default RegisterWithKubelet.
+	// Registration chooses how the plugin registers. The zero value is RegisterWithKubelet;
+	// values other than the three modes are invalid.
 	Registration RegistrationMode
 	// WatcherDir is the plugin-watcher directory (e.g. <root>/plugins_registry) where, in
 	// PluginWatcher mode, the registration socket WatcherDir/SocketName is served. Required
-	// in that mode, ignored otherwise. Made absolute; created (0750) by Start if missing.
+	// in that mode, where WatcherDir/SocketName must fit a unix socket address (107 bytes);
+	// ignored in the others. A relative path is made absolute; Start creates the directory
+	// (0750) if it is missing.
 	WatcherDir string
-	// RegisterTimeout bounds each Register call (dial included). Zero or negative means
-	// DefaultRegisterTimeout.
+	// RegisterTimeout bounds each Register call (dial included). Zero means
+	// DefaultRegisterTimeout (10s); negative is invalid.
 	RegisterTimeout time.Duration
 	// KeepRegistering makes a failed first registration non-fatal: Start returns nil and the
 	// plugin keeps trying in the background, as after a kubelet restart. A long-running plugin
@@ -115,10 +125,16 @@ type Config struct {
 	// check a refusal leave it off.
 	KeepRegistering bool
 	// RetryBackoff is the first wait after a failed re-registration; it doubles after each
-	// failure up to MaxRetryBackoff. Zero or negative means the defaults.
-	RetryBackoff, MaxRetryBackoff time.Duration
+	// failure up to MaxRetryBackoff. Zero means DefaultRetryBackoff (500ms); negative is
+	// invalid.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the doubling backoff. Zero means DefaultMaxRetryBackoff (30s), or
+	// RetryBackoff when that is longer. Negative is invalid, and so is a value shorter than
+	// RetryBackoff (or than DefaultRetryBackoff when RetryBackoff is zero).
+	MaxRetryBackoff time.Duration
 	// Version is the API version sent in Register and listed by GetInfo. Default
-	// pluginapi.Version ("v1beta1"); set it only to test a manager's version check.
+	// pluginapi.Version ("v1beta1"). It is deliberately not validated: set it only to test a
+	// manager's version check.
 	Version string
 	// Clock drives the re-registration backoff. Nil means clock.RealClock{}. Register
 	// timeouts are gRPC deadlines and always use real time.
@@ -128,70 +144,33 @@ type Config struct {
 	Logger klog.Logger
 }
 
-// withDefaults validates c and returns a normalised deep copy.
+// withDefaults returns a deep copy of c with every zero field set to its default and the
+// directories made absolute. It does not check c: New calls Validate first. It fails only
+// when a relative path cannot be made absolute (the working directory is gone).
 func (c Config) withDefaults() (Config, error) {
-	if c.ResourceName == "" {
-		return c, fmt.Errorf("%w: ResourceName is required", ErrInvalidConfig)
-	}
 	var err error
-	if c.PluginDir == "" {
-		c.PluginDir = pluginapi.DevicePluginPath
+	if c.PluginDir, err = absPath("PluginDir", c.PluginDir, pluginapi.DevicePluginPath); err != nil {
+		return c, err
 	}
-	if c.PluginDir, err = filepath.Abs(c.PluginDir); err != nil {
-		return c, fmt.Errorf("%w: PluginDir %q: %w", ErrInvalidConfig, c.PluginDir, err)
+	c.SocketName = c.socketName()
+	if c.KubeletSocket, err = absPath("KubeletSocket", c.KubeletSocket, filepath.Join(c.PluginDir, "kubelet.sock")); err != nil {
+		return c, err
 	}
-	if c.SocketName == "" {
-		c.SocketName = strings.ReplaceAll(c.ResourceName, "/", "_") + ".sock"
-	}
-	if strings.ContainsRune(c.SocketName, filepath.Separator) || c.SocketName == "." || c.SocketName == ".." {
-		return c, fmt.Errorf("%w: SocketName %q must be a file name, not a path", ErrInvalidConfig, c.SocketName)
-	}
-	if p := filepath.Join(c.PluginDir, c.SocketName); len(p) > maxSocketPath {
-		return c, fmt.Errorf("%w: socket path %q (PluginDir + SocketName) is longer than %d bytes", ErrInvalidConfig, p, maxSocketPath)
-	}
-	if c.KubeletSocket == "" {
-		c.KubeletSocket = filepath.Join(c.PluginDir, "kubelet.sock")
-	}
-	if c.KubeletSocket, err = filepath.Abs(c.KubeletSocket); err != nil {
-		return c, fmt.Errorf("%w: KubeletSocket %q: %w", ErrInvalidConfig, c.KubeletSocket, err)
-	}
-	switch c.Registration {
-	case RegisterWithKubelet, NoRegistration:
-	case PluginWatcher:
-		if c.WatcherDir == "" {
-			return c, fmt.Errorf("%w: WatcherDir is required in PluginWatcher mode", ErrInvalidConfig)
+	if c.Registration == PluginWatcher {
+		if c.WatcherDir, err = absPath("WatcherDir", c.WatcherDir, ""); err != nil {
+			return c, err
 		}
-		if c.WatcherDir, err = filepath.Abs(c.WatcherDir); err != nil {
-			return c, fmt.Errorf("%w: WatcherDir %q: %w", ErrInvalidConfig, c.WatcherDir, err)
-		}
-		if p := filepath.Join(c.WatcherDir, c.SocketName); len(p) > maxSocketPath {
-			return c, fmt.Errorf("%w: registration socket path %q (WatcherDir + SocketName) is longer than %d bytes", ErrInvalidConfig, p, maxSocketPath)
-		}
-	default:
-		return c, fmt.Errorf("%w: Registration %v is not a known mode", ErrInvalidConfig, c.Registration)
 	}
-	devs, err := cloneDevices(c.Devices)
-	if err != nil {
-		return c, fmt.Errorf("%w: Devices%v", ErrInvalidConfig, err)
-	}
-	c.Devices = devs
+	c.Devices = cloneDevices(c.Devices)
 	if c.Options == nil {
 		c.Options = &pluginapi.DevicePluginOptions{}
 	} else {
 		c.Options = proto.Clone(c.Options).(*pluginapi.DevicePluginOptions)
 	}
-	if c.RegisterTimeout <= 0 {
+	if c.RegisterTimeout == 0 {
 		c.RegisterTimeout = DefaultRegisterTimeout
 	}
-	if c.RetryBackoff <= 0 {
-		c.RetryBackoff = DefaultRetryBackoff
-	}
-	if c.MaxRetryBackoff <= 0 {
-		c.MaxRetryBackoff = DefaultMaxRetryBackoff
-	}
-	if c.MaxRetryBackoff < c.RetryBackoff {
-		c.MaxRetryBackoff = c.RetryBackoff
-	}
+	c.RetryBackoff, c.MaxRetryBackoff = c.retryBackoffs()
 	if c.Version == "" {
 		c.Version = pluginapi.Version
 	}
@@ -204,14 +183,43 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// cloneDevices deep-copies devs; a nil entry is an error naming its index ("[i] is nil").
-func cloneDevices(devs []*pluginapi.Device) ([]*pluginapi.Device, error) {
+// socketName is SocketName, or its default derived from ResourceName.
+func (c Config) socketName() string {
+	if c.SocketName != "" {
+		return c.SocketName
+	}
+	return strings.ReplaceAll(c.ResourceName, "/", "_") + ".sock"
+}
+
+// retryBackoffs returns the first and the largest re-registration wait, defaults applied.
+func (c Config) retryBackoffs() (first, limit time.Duration) {
+	first, limit = c.RetryBackoff, c.MaxRetryBackoff
+	if first == 0 {
+		first = DefaultRetryBackoff
+	}
+	if limit == 0 {
+		limit = max(DefaultMaxRetryBackoff, first)
+	}
+	return first, limit
+}
+
+// absPath returns p, or def when p is empty, made absolute. The error names field.
+func absPath(field, p, def string) (string, error) {
+	if p == "" {
+		p = def
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", invalidf(err, "%s %q cannot be made absolute", field, p)
+	}
+	return abs, nil
+}
+
+// cloneDevices deep-copies devs, which must hold no nil entry (Validate checks).
+func cloneDevices(devs []*pluginapi.Device) []*pluginapi.Device {
 	out := make([]*pluginapi.Device, len(devs))
 	for i, d := range devs {
-		if d == nil {
-			return nil, fmt.Errorf("[%d] is nil", i)
-		}
 		out[i] = proto.Clone(d).(*pluginapi.Device)
 	}
-	return out, nil
+	return out
 }

@@ -6,7 +6,7 @@
 //
 // # Lifecycle
 //
-// New validates a Config; Start serves and registers; Stop tears everything down and joins
+// New validates a Config (Config.Validate); Start serves and registers; Stop tears everything down and joins
 // every goroutine; Run is Start, wait for ctx, Stop. A Plugin is single-use: a "plugin
 // restart" is Stop followed by a new Plugin on the same socket name. Stop is the "plugin
 // exits" fault.
@@ -70,8 +70,10 @@
 //     RegisterTimeout (10s), like the kubelet's own stub plugin's blocking dial, but tries
 //     to connect at least every 200 ms instead of gRPC's default backoff (1 s growing to
 //     minutes), so a kubelet that starts while we wait is found at once.
-//   - ResourceName and Version are not validated, so tests can exercise a manager's
-//     rejections; the socket path length (107 bytes) is.
+//   - Config.Validate refuses what the kubelet would refuse or what could never work (a
+//     resource name that is not an extended resource name, a socket path over 107 bytes,
+//     negative durations) and never corrects a value. Version alone is sent as given, so
+//     tests can exercise a manager's version check.
 //   - The zero Logger means klog.Background(); log keys follow the kubelet's
 //     ("resourceName", "endpoint", "path", "deviceID").
 package deviceplugin

@@ -5,7 +5,8 @@ import "errors"
 // Sentinel errors. Errors returned by this package wrap one of these where a caller may want
 // to branch on the cause; the wrapping message carries the detail (field, path, device ID).
 var (
-	// ErrInvalidConfig is wrapped by every error New returns; the message names the field.
+	// ErrInvalidConfig is matched (errors.Is) by every error Config.Validate and New return;
+	// the message names the field.
 	ErrInvalidConfig = errors.New("invalid device plugin config")
 	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = errors.New("device plugin already started")

@@ -6,39 +6,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
-
-// TestNewValidation: New rejects bad configs with ErrInvalidConfig and names the field.
-func TestNewValidation(t *testing.T) {
-	long := "/tmp/" + strings.Repeat("d", 100)
-	for _, tc := range []struct {
-		name  string
-		cfg   Config
-		field string
-	}{
-		{"no resource", Config{PluginDir: "/x"}, "ResourceName"},
-		{"socket is a path", Config{ResourceName: gpu, PluginDir: "/x", SocketName: "a/b.sock"}, "SocketName"},
-		{"socket is dot-dot", Config{ResourceName: gpu, PluginDir: "/x", SocketName: ".."}, "SocketName"},
-		{"socket path too long", Config{ResourceName: gpu, PluginDir: long}, "PluginDir + SocketName"},
-		{"watcher without dir", Config{ResourceName: gpu, PluginDir: "/x", Registration: PluginWatcher}, "WatcherDir"},
-		{"watcher path too long", Config{ResourceName: gpu, PluginDir: "/x", Registration: PluginWatcher, WatcherDir: long}, "WatcherDir + SocketName"},
-		{"unknown mode", Config{ResourceName: gpu, PluginDir: "/x", Registration: 7}, "RegistrationMode(7)"},
-		{"nil device", Config{ResourceName: gpu, PluginDir: "/x", Devices: []*pluginapi.Device{{ID: "a"}, nil}}, "Devices[1]"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(tc.cfg)
-			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
-				t.Fatalf("New = %v, want ErrInvalidConfig naming %s", err, tc.field)
-			}
-		})
-	}
-}
 
 // TestNewDefaults: the default paths follow the kubelet's layout and the socket name is
 // derived from the resource name.

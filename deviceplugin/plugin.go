@@ -52,9 +52,12 @@ type Plugin struct {
 	changed      chan struct{} // closed and replaced whenever a waited-for count changes
 }
 
-// New validates cfg and returns an unstarted plugin. Errors wrap ErrInvalidConfig and name
-// the offending field. It touches no files.
+// New validates cfg and returns an unstarted plugin. It fails with cfg.Validate's error, which
+// matches ErrInvalidConfig and names every offending field. It touches no files.
 func New(cfg Config) (*Plugin, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

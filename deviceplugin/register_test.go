@@ -52,10 +52,10 @@ func TestRegisterRequest(t *testing.T) {
 func TestStartRegistrationError(t *testing.T) {
 	dir := shortDir(t)
 	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), false)
-	k.setErr(status.Error(codes.InvalidArgument, `the ResourceName "gpu" is invalid`))
-	p := newPlugin(t, Config{ResourceName: "gpu", PluginDir: dir})
+	k.setErr(status.Error(codes.InvalidArgument, `invalid version "v1beta1"`))
+	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir})
 	err := p.Start(context.Background())
-	if !errors.Is(err, ErrRegistration) || status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `the ResourceName "gpu" is invalid`) {
+	if !errors.Is(err, ErrRegistration) || status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `invalid version "v1beta1"`) {
 		t.Fatalf("Start = %v, want ErrRegistration wrapping the kubelet's InvalidArgument", err)
 	}
 	if _, err := os.Stat(p.SocketPath()); !os.IsNotExist(err) {

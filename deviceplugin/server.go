@@ -32,48 +32,46 @@ func (s *devicePluginServer) ListAndWatch(_ *pluginapi.Empty, srv pluginapi.Devi
 }
 
 func (s *devicePluginServer) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	f, life := s.p.record(func(c *Calls) {
-		c.Preferred = append(c.Preferred, proto.Clone(req).(*pluginapi.PreferredAllocationRequest))
-	})
-	s.p.log.V(4).Info("GetPreferredAllocation", "request", req)
-	switch {
-	case f.HangPreferred:
-		return nil, hang(ctx, life)
-	case f.PreferredErr != nil:
-		return nil, f.PreferredErr
-	}
-	resp, err := s.p.cfg.GetPreferredAllocation(ctx, req)
-	return answer("GetPreferredAllocation", resp, err)
+	return serveCallback(ctx, s.p, "GetPreferredAllocation", req,
+		func(c *Calls) *[]*pluginapi.PreferredAllocationRequest { return &c.Preferred },
+		func(f Faults) (bool, error) { return f.HangPreferred, f.PreferredErr },
+		s.p.cfg.GetPreferredAllocation)
 }
 
 func (s *devicePluginServer) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	f, life := s.p.record(func(c *Calls) {
-		c.Allocate = append(c.Allocate, proto.Clone(req).(*pluginapi.AllocateRequest))
-	})
-	s.p.log.V(4).Info("Allocate", "request", req)
-	switch {
-	case f.HangAllocate:
-		return nil, hang(ctx, life)
-	case f.AllocateErr != nil:
-		return nil, f.AllocateErr
-	}
-	resp, err := s.p.cfg.Allocate(ctx, req)
-	return answer("Allocate", resp, err)
+	return serveCallback(ctx, s.p, "Allocate", req,
+		func(c *Calls) *[]*pluginapi.AllocateRequest { return &c.Allocate },
+		func(f Faults) (bool, error) { return f.HangAllocate, f.AllocateErr },
+		s.p.cfg.Allocate)
 }
 
 func (s *devicePluginServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
-	f, life := s.p.record(func(c *Calls) {
-		c.PreStart = append(c.PreStart, proto.Clone(req).(*pluginapi.PreStartContainerRequest))
+	return serveCallback(ctx, s.p, "PreStartContainer", req,
+		func(c *Calls) *[]*pluginapi.PreStartContainerRequest { return &c.PreStart },
+		func(f Faults) (bool, error) { return f.HangPreStart, f.PreStartErr },
+		s.p.cfg.PreStartContainer)
+}
+
+// serveCallback serves one RPC that the plugin's callbacks answer. It appends a copy of req to
+// the list of p's Calls that list picks, logs the request at V(4), then applies the injected
+// faults that fault picks: when it hangs, the call blocks until ctx ends or the plugin stops;
+// an injected error is returned as is. Otherwise callback answers, through answer.
+func serveCallback[Req proto.Message, Resp any](ctx context.Context, p *Plugin, method string, req Req,
+	list func(*Calls) *[]Req, fault func(Faults) (hangs bool, err error),
+	callback func(context.Context, Req) (*Resp, error)) (*Resp, error) {
+	f, life := p.record(func(c *Calls) {
+		l := list(c)
+		*l = append(*l, proto.Clone(req).(Req))
 	})
-	s.p.log.V(4).Info("PreStartContainer", "deviceIDs", req.GetDevicesIds())
-	switch {
-	case f.HangPreStart:
+	p.log.V(4).Info(method, "request", req)
+	switch hangs, err := fault(f); {
+	case hangs:
 		return nil, hang(ctx, life)
-	case f.PreStartErr != nil:
-		return nil, f.PreStartErr
+	case err != nil:
+		return nil, err
 	}
-	resp, err := s.p.cfg.PreStartContainer(ctx, req)
-	return answer("PreStartContainer", resp, err)
+	resp, err := callback(ctx, req)
+	return answer(method, resp, err)
 }
 
 // answer passes a callback's result through, turning (nil, nil), which gRPC would report as

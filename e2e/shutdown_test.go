@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,12 +11,12 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/podresources/podresourcestest"
 )
 
 // shutdownBound is how long a SIGTERMed kdm may take to exit in these tests: the podresources
@@ -53,37 +51,9 @@ func stallPodResources(t *testing.T, sock string, streams int) {
 		t.Fatalf("dialing podresources %s: %v", sock, err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
-		t.Fatalf("writing the HTTP/2 preface: %v", err)
-	}
-	fr := http2.NewFramer(conn, conn)
-	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
-		t.Fatalf("writing SETTINGS: %v", err)
-	}
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for i := range streams {
-		block.Reset()
-		for _, f := range []hpack.HeaderField{
-			{Name: ":method", Value: "POST"},
-			{Name: ":scheme", Value: "http"},
-			{Name: ":path", Value: "/v1.PodResourcesLister/List"},
-			{Name: ":authority", Value: "localhost"},
-			{Name: "content-type", Value: "application/grpc"},
-			{Name: "te", Value: "trailers"},
-		} {
-			if err := enc.WriteField(f); err != nil {
-				t.Fatalf("encoding headers: %v", err)
-			}
-		}
-		id := uint32(2*i + 1)
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
-			t.Fatalf("writing HEADERS: %v", err)
-		}
-		// An empty ListPodResourcesRequest: not compressed, zero length.
-		if err := fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}); err != nil {
-			t.Fatalf("writing DATA: %v", err)
-		}
+	fr, err := podresourcestest.StartStalledLists(conn, streams)
+	if err != nil {
+		t.Fatalf("stalling podresources: %v", err)
 	}
 	// The response headers are not flow controlled; the message behind them is.
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -126,7 +96,7 @@ func TestShutdownWithStalledPodResourcesClients(t *testing.T) {
 	t.Logf("kdm stopped %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 
 	n.expectCheckpointHolds(map[string][]string{"steady": held})
-	results, err := agent.ReadResults(filepath.Join(n.rootDir, "pods"))
+	results, err := agent.ReadResults(resultsDir(n.rootDir))
 	if err != nil {
 		t.Fatalf("reading pods/*.json after the stop: %v", err)
 	}
@@ -181,7 +151,7 @@ func shutdownDuringAllocate(t *testing.T, policy string) {
 	}
 	terminateWithin(t, kdm)
 
-	results, err := agent.ReadResults(filepath.Join(n.rootDir, "pods"))
+	results, err := agent.ReadResults(resultsDir(n.rootDir))
 	if err != nil {
 		t.Fatalf("reading pods/*.json after the stop: %v", err)
 	}

@@ -1,6 +1,8 @@
 package endpoint
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -38,14 +40,77 @@ func TestConfigWithDefaults(t *testing.T) {
 		t.Errorf("WithDefaults changed set fields: %+v", got)
 	}
 
-	neg := Config{DialTimeout: -1, OptionsTimeout: -1, AllocateTimeout: -1, PreferredAllocationTimeout: -1,
-		PreStartTimeout: -1, MaxRecvMsgSize: -1}.WithDefaults()
-	if neg.DialTimeout != DefaultDialTimeout || neg.OptionsTimeout != DefaultOptionsTimeout ||
-		neg.PreStartTimeout != DefaultPreStartTimeout || neg.MaxRecvMsgSize != DefaultMaxRecvMsgSize ||
-		neg.AllocateTimeout != 0 || neg.PreferredAllocationTimeout != 0 {
-		t.Errorf("negative values not normalised: %+v", neg)
+	neg := Config{DialTimeout: -1, MaxRecvMsgSize: -1}
+	if got := neg.WithDefaults(); got.DialTimeout != -1 || got.MaxRecvMsgSize != -1 {
+		t.Errorf("WithDefaults changed invalid values: %+v", got)
 	}
 	if again := d.WithDefaults(); again.DialTimeout != d.DialTimeout || again.MaxRecvMsgSize != d.MaxRecvMsgSize {
 		t.Error("WithDefaults is not idempotent")
+	}
+}
+
+// TestConfigValidate lists every value Config.Validate refuses, with the exact message, and
+// checks that the zero value and the documented defaults are accepted.
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // "" for a valid config
+	}{
+		{"zero", Config{}, ""},
+		{"defaults", Config{}.WithDefaults(), ""},
+		{"recommended deadlines", Config{AllocateTimeout: RecommendedAllocateTimeout,
+			PreferredAllocationTimeout: RecommendedPreferredAllocationTimeout}, ""},
+		{"DialTimeout", Config{DialTimeout: -time.Second},
+			"endpoint: DialTimeout must not be negative, got -1s"},
+		{"OptionsTimeout", Config{OptionsTimeout: -time.Millisecond},
+			"endpoint: OptionsTimeout must not be negative, got -1ms"},
+		{"AllocateTimeout", Config{AllocateTimeout: -time.Second},
+			"endpoint: AllocateTimeout must not be negative, got -1s"},
+		{"PreferredAllocationTimeout", Config{PreferredAllocationTimeout: -time.Minute},
+			"endpoint: PreferredAllocationTimeout must not be negative, got -1m0s"},
+		{"PreStartTimeout", Config{PreStartTimeout: -1},
+			"endpoint: PreStartTimeout must not be negative, got -1ns"},
+		{"MaxRecvMsgSize", Config{MaxRecvMsgSize: -1},
+			"endpoint: MaxRecvMsgSize must not be negative, got -1"},
+		{"all, in field order", Config{MaxRecvMsgSize: -2, PreStartTimeout: -2 * time.Second,
+			PreferredAllocationTimeout: -2 * time.Second, AllocateTimeout: -2 * time.Second,
+			OptionsTimeout: -2 * time.Second, DialTimeout: -2 * time.Second},
+			"endpoint: DialTimeout must not be negative, got -2s\n" +
+				"endpoint: OptionsTimeout must not be negative, got -2s\n" +
+				"endpoint: AllocateTimeout must not be negative, got -2s\n" +
+				"endpoint: PreferredAllocationTimeout must not be negative, got -2s\n" +
+				"endpoint: PreStartTimeout must not be negative, got -2s\n" +
+				"endpoint: MaxRecvMsgSize must not be negative, got -2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("Validate() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestDialRejectsInvalidConfig checks that Dial reports Validate's error before it touches
+// the socket, and that NewStopped, which uses only the clock and the logger, still succeeds.
+func TestDialRejectsInvalidConfig(t *testing.T) {
+	cfg := Config{AllocateTimeout: -time.Second}
+	ep, err := Dial(context.Background(), "example.com/gpu", filepath.Join(t.TempDir(), "missing.sock"), cfg)
+	if want := "endpoint: AllocateTimeout must not be negative, got -1s"; err == nil || err.Error() != want {
+		t.Fatalf("Dial() = %v, %v; want error %q", ep, err, want)
+	}
+
+	fake := clocktesting.NewFakeClock(time.Unix(100, 0))
+	cfg.Clock = fake
+	stopped := NewStopped("example.com/gpu", cfg)
+	if !stopped.IsStopped() || !stopped.StopTime().Equal(fake.Now()) {
+		t.Errorf("NewStopped: stopped=%v at %v, want stopped at %v", stopped.IsStopped(), stopped.StopTime(), fake.Now())
 	}
 }

@@ -46,9 +46,13 @@ type Endpoint struct {
 // (the socket and the last connect error are logged). Beyond the kubelet, a socket path
 // where no file exists, or whose file disappears while dialling, fails at once with
 // "failed to dial device plugin: socket "<path>" does not exist", which wraps
-// ErrSocketMissing. On error nothing is left open. The returned Endpoint is running; its
-// ListAndWatch stream is started with Run.
+// ErrSocketMissing. An invalid cfg fails before anything is dialled, with cfg.Validate's
+// error. On error nothing is left open. The returned Endpoint is running; its ListAndWatch
+// stream is started with Run.
 func Dial(ctx context.Context, resourceName, socketPath string, cfg Config) (*Endpoint, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.WithDefaults()
 	log := cfg.Logger.WithValues("resourceName", resourceName, "endpoint", socketPath)
 
@@ -86,9 +90,11 @@ func Dial(ctx context.Context, resourceName, socketPath string, cfg Config) (*En
 // NewStopped returns the placeholder the manager keeps for a resource restored from the
 // checkpoint whose plugin has not re-registered yet (the kubelet's newStoppedEndpointImpl): no
 // connection, Options nil, SocketPath empty, stopped at cfg.Clock.Now(). Every RPC and Run
-// fail with ErrStopped.
+// fail with ErrStopped. Only cfg.Clock and cfg.Logger are used, with their zero-value
+// defaults: a stopped endpoint never dials nor calls, so the timeouts and the message size
+// are dropped unchecked and NewStopped cannot fail.
 func NewStopped(resourceName string, cfg Config) *Endpoint {
-	cfg = cfg.WithDefaults()
+	cfg = Config{Clock: cfg.Clock, Logger: cfg.Logger}.WithDefaults()
 	return &Endpoint{
 		resourceName: resourceName,
 		cfg:          cfg,

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,33 +19,6 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 )
 
-// The kubelet's rate limit for the podresources endpoint.
-const (
-	DefaultQPS   = 100
-	DefaultBurst = 10
-)
-
-// ServerConfig describes a Server.
-type ServerConfig struct {
-	Providers Providers
-	// QPS and Burst size the token bucket shared by every method of both API versions.
-	// Zero means the kubelet's defaults (100, 10); a negative QPS disables the limit.
-	QPS   float64
-	Burst int
-	// Registry receives the kubelet_pod_resources_endpoint_* counters; nil keeps them private.
-	Registry prometheus.Registerer
-	Logger   klog.Logger
-	// GracefulStopTimeout bounds the graceful part of Serve's shutdown: how long calls in
-	// progress may take to finish, and their responses to be delivered, once Serve's context
-	// has ended. Then every connection is closed hard. Zero means DefaultGracefulStopTimeout;
-	// a negative value skips the graceful stop.
-	GracefulStopTimeout time.Duration
-}
-
-// DefaultGracefulStopTimeout is how long Serve waits for calls in progress when it stops, unless
-// ServerConfig.GracefulStopTimeout says otherwise.
-const DefaultGracefulStopTimeout = 5 * time.Second
-
 // Server serves podresources v1 and v1alpha1 on one gRPC server, rate limited like the
 // kubelet's.
 type Server struct {
@@ -55,23 +27,13 @@ type Server struct {
 	gracefulStopTimeout time.Duration
 }
 
-// NewServer builds the gRPC server with both API versions and the rate-limit interceptor.
+// NewServer builds the gRPC server with both API versions and the rate-limit interceptor. It
+// fails with cfg.Validate's error if cfg is invalid, or if the metrics cannot be registered.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if err := cfg.Providers.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.QPS == 0 {
-		cfg.QPS = DefaultQPS
-	}
-	if cfg.Burst == 0 {
-		cfg.Burst = DefaultBurst
-	}
-	if cfg.GracefulStopTimeout == 0 {
-		cfg.GracefulStopTimeout = DefaultGracefulStopTimeout
-	}
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = klog.Background()
-	}
+	cfg = cfg.withDefaults()
 	met := newMetrics()
 	if cfg.Registry != nil {
 		if err := met.register(cfg.Registry); err != nil {

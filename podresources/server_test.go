@@ -1,11 +1,9 @@
 package podresources
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,8 +16,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -31,6 +27,8 @@ import (
 	"k8s.io/klog/v2"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+
+	"github.com/kdm-project/kdm/podresources/podresourcestest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -257,13 +255,6 @@ func TestFlatten(t *testing.T) {
 	}
 }
 
-func TestNewServerNeedsProviders(t *testing.T) {
-	_, err := NewServer(ServerConfig{})
-	if err == nil || !strings.Contains(err.Error(), "PodsProvider") || !strings.Contains(err.Error(), "DevicesProvider") {
-		t.Fatalf("NewServer without providers: %v", err)
-	}
-}
-
 // shortDir is a temp dir short enough for unix socket paths.
 func shortDir(t testing.TB) string {
 	dir, err := os.MkdirTemp("", "kdm")
@@ -406,9 +397,10 @@ func bigProviders(pods int) Providers {
 
 // TestRateLimitUnderLoad: 8 clients make 1,000 List calls against 110 pods x 4 devices. Calls
 // beyond the bucket get ResourceExhausted, nothing gets any other error, and every success is
-// complete.
+// complete. The rate is set far below the kubelet's 100/s so that the bucket runs dry however
+// slowly the machine serves the calls.
 func TestRateLimitUnderLoad(t *testing.T) {
-	srv, err := NewServer(ServerConfig{Providers: bigProviders(110)})
+	srv, err := NewServer(ServerConfig{Providers: bigProviders(110), QPS: 5, Burst: DefaultBurst})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,51 +479,19 @@ func (s *signalPods) GetActivePods() []*v1.Pod {
 	return s.fakePods.GetActivePods()
 }
 
-// stalledClient opens a raw HTTP/2 connection to the podresources socket that announces a zero
-// stream receive window, starts v1 List calls on the given number of streams and then never
-// reads and never sends WINDOW_UPDATE: the server can never deliver a response, so the streams
-// stay open until the server gives up on them. The returned func closes the connection.
+// stalledClient opens a connection to the podresources socket that starts v1 List calls on the
+// given number of streams and never accepts their responses (see
+// podresourcestest.StartStalledLists): the streams stay open until the server gives up on them.
+// The returned func closes the connection.
 func stalledClient(t *testing.T, sock string, streams int) func() {
 	t.Helper()
 	conn, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatalf("dialing %s: %v", sock, err)
 	}
-	fail := func(what string, err error) {
+	if _, err := podresourcestest.StartStalledLists(conn, streams); err != nil {
 		_ = conn.Close()
-		t.Fatalf("stalled client: %s: %v", what, err)
-	}
-	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
-		fail("writing the preface", err)
-	}
-	fr := http2.NewFramer(conn, conn)
-	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
-		fail("writing SETTINGS", err)
-	}
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for i := range streams {
-		block.Reset()
-		for _, f := range []hpack.HeaderField{
-			{Name: ":method", Value: "POST"},
-			{Name: ":scheme", Value: "http"},
-			{Name: ":path", Value: "/v1.PodResourcesLister/List"},
-			{Name: ":authority", Value: "localhost"},
-			{Name: "content-type", Value: "application/grpc"},
-			{Name: "te", Value: "trailers"},
-		} {
-			if err := enc.WriteField(f); err != nil {
-				fail("encoding headers", err)
-			}
-		}
-		id := uint32(2*i + 1)
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
-			fail("writing HEADERS", err)
-		}
-		// An empty ListPodResourcesRequest: uncompressed, zero length.
-		if err := fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}); err != nil {
-			fail("writing DATA", err)
-		}
+		t.Fatalf("stalled client: %v", err)
 	}
 	return func() { _ = conn.Close() }
 }

@@ -83,20 +83,16 @@ func (r *Runner) inflightSettle() {
 
 func (r *Runner) someWaiterCanProceed() bool {
 	r.mu.Lock()
-	var waiting []*pod
+	var resources []string
 	for _, p := range r.pods {
 		if p.state == "waiting" {
-			waiting = append(waiting, p)
+			resources = append(resources, r.waitingFor[string(p.obj.UID)])
 		}
 	}
 	r.mu.Unlock()
-	for _, p := range waiting {
-		for _, c := range allContainers(p.obj) {
-			for name := range c.Resources.Limits {
-				if _, a := r.counts(string(name)); a > 0 {
-					return true
-				}
-			}
+	for _, res := range resources {
+		if _, a := r.counts(res); a > 0 {
+			return true
 		}
 	}
 	return false
@@ -286,6 +282,7 @@ func (r *Runner) podCmd(verb, name string, args []string) ([]string, error) {
 // the containers keep running and the plugins, still alive, register again once the existing
 // pods have been re-admitted; on a node reboot nothing runs and the plugins stay down.
 func (r *Runner) restart(reboot bool) ([]string, error) {
+	r.endAdmissions()
 	if err := r.m.Stop(); err != nil {
 		return nil, err
 	}
@@ -362,7 +359,7 @@ func (r *Runner) checkpointCmd(verb, file string) ([]string, error) {
 		return []string{"truncated kubelet_internal_checkpoint to half its size (a torn write)"}, os.WriteFile(path, b[:len(b)/2], 0o600)
 	case "legacy-v1":
 		if !filepath.IsAbs(file) {
-			file = filepath.Join(r.ScriptDir, file)
+			file = filepath.Join(r.scriptDir, file)
 		}
 		b, err := os.ReadFile(file)
 		if err != nil {

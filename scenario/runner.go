@@ -29,9 +29,7 @@ const settle = 20 * time.Second
 // directory, with a fake clock, through a scenario's commands. It is not safe for concurrent
 // use; admissions it starts run in their own goroutines and are reported as they finish.
 type Runner struct {
-	// ScriptDir resolves relative file arguments (checkpoint legacy-v1 FILE).
-	ScriptDir string
-
+	scriptDir  string // Config.ScriptDir
 	policy     devicemanager.Policy
 	quarantine bool // Config.QuarantineCorruptCheckpoint: off under the kubelet's policy
 	dir        string
@@ -47,7 +45,14 @@ type Runner struct {
 	mu       sync.Mutex
 	events   []string // admission outcomes not yet printed
 	deferred chan string
-	inflight sync.WaitGroup
+	// waitingFor is, per pod UID, the resource its deferred admission waits for. Guarded by mu.
+	waitingFor map[string]string
+	inflight   sync.WaitGroup
+	// admitCtx bounds the admissions of the current manager: a restart or Close cancels it,
+	// and an admission of an earlier generation (gen) leaves the runner's state alone.
+	admitCtx    context.Context
+	cancelAdmit context.CancelFunc
+	gen         int
 	// settled is closed and replaced, under mu, whenever an admission in flight ends.
 	settled chan struct{}
 }
@@ -67,21 +72,30 @@ type pod struct {
 	completed bool
 }
 
-// NewRunner prepares a runner for a policy, named as devicemanager.ParsePolicy takes it
-// ("kubelet-1.36" or "kdm").
-func NewRunner(policy string) (*Runner, error) {
-	pol, err := devicemanager.ParsePolicy(policy)
+// New prepares a runner: it validates cfg and creates the runner's temporary directory, which
+// Close removes. It fails with cfg.Validate's error if cfg is invalid.
+func New(cfg Config) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pol, err := cfg.policy()
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{plugins: map[string]*plugin{}, pods: map[string]*pod{},
-		log: funcr.New(func(string, string) {}, funcr.Options{}), deferred: make(chan string, 64), settled: make(chan struct{})}
+	log := cfg.Logger
+	if log.GetSink() == nil {
+		// Not logr.Discard(): its nil sink would make the manager fall back to klog.
+		log = funcr.New(func(string, string) {}, funcr.Options{})
+	}
+	r := &Runner{scriptDir: cfg.ScriptDir, plugins: map[string]*plugin{}, pods: map[string]*pod{},
+		log: log, deferred: make(chan string, 64), settled: make(chan struct{}),
+		waitingFor: map[string]string{}}
 	r.quarantine = pol != devicemanager.KubeletPolicy()
 	r.policy = pol
 	r.policy.CoalesceDeviceListWrites = false // keep the file in step with every command
 	dir, err := os.MkdirTemp("", "kdm-sc")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("scenario: creating the runner's directory: %w", err)
 	}
 	r.dir = dir
 	r.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -99,11 +113,24 @@ func (r *Runner) Close() {
 	if r.m != nil {
 		_ = r.m.Stop()
 	}
+	r.endAdmissions()
 	r.inflight.Wait()
 	_ = os.RemoveAll(r.dir)
 }
 
 func (r *Runner) resource(name string) string { return "example.com/" + name }
+
+// endAdmissions cancels the admissions of the current manager (at a restart, and at Close):
+// what they were waiting for will not come from this manager.
+func (r *Runner) endAdmissions() {
+	r.mu.Lock()
+	r.gen++
+	cancel := r.cancelAdmit
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
 
 // startManager starts a manager on the runner's directory. running lists the containers the
 // "runtime" reports running.
@@ -111,7 +138,10 @@ func (r *Runner) startManager(running []devicemanager.ContainerKey) error {
 	quarantine := r.quarantine
 	m, err := devicemanager.New(devicemanager.Config{
 		PluginDir: r.dir, Clock: r.clock, Logger: r.log, Policy: r.policy, QuarantineCorruptCheckpoint: &quarantine,
-		OnAdmissionDeferred: func(podUID, _, _ string) {
+		OnAdmissionDeferred: func(podUID, _, res string) {
+			r.mu.Lock()
+			r.waitingFor[podUID] = res
+			r.mu.Unlock()
 			select {
 			case r.deferred <- podUID:
 			default:
@@ -129,6 +159,9 @@ func (r *Runner) startManager(running []devicemanager.ContainerKey) error {
 		return err
 	}
 	r.m = m
+	r.mu.Lock()
+	r.admitCtx, r.cancelAdmit = context.WithCancel(context.Background())
+	r.mu.Unlock()
 	return nil
 }
 
@@ -281,17 +314,21 @@ func (r *Runner) admit(name string) {
 	r.mu.Unlock()
 	done := make(chan struct{})
 	r.inflight.Add(1)
+	ctx, gen := r.admitCtx, r.gen
 	go func() {
 		defer r.inflight.Done()
 		defer close(done)
 		var err error
 		for _, c := range allContainers(p.obj) {
-			if err = r.m.Allocate(context.Background(), p.obj, c); err != nil {
+			if err = r.m.Allocate(ctx, p.obj, c); err != nil {
 				break
 			}
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		if gen != r.gen {
+			return // its manager was stopped: the pod is admitted again by the next one
+		}
 		defer func() { // wake inflightSettle
 			close(r.settled)
 			r.settled = make(chan struct{})

@@ -61,12 +61,11 @@ func RunFile(path, policy string) (*Timeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := NewRunner(policy)
+	r, err := New(Config{Policy: policy, ScriptDir: filepath.Dir(path)})
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	r.ScriptDir = filepath.Dir(path)
 	tl := &Timeline{Policy: policy, Script: path}
 	for _, d := range dirs {
 		st, err := r.Do(d.Cmd, d.Args)

@@ -15,38 +15,6 @@ import (
 	"github.com/kdm-project/kdm/deviceplugin"
 )
 
-// Defaults.
-const (
-	DefaultResourceName = "nvidia.com/gpu"
-	DefaultSocketName   = "nvidia-gpu.sock"
-	DefaultSysfsRoot    = "/sys"
-	// MockDGXA100 selects go-nvml's mock of a DGX A100: eight A100 GPUs.
-	MockDGXA100 = "dgxa100"
-)
-
-// Config describes the GPU plugin.
-type Config struct {
-	// Mock is "" for the real libnvidia-ml, or MockDGXA100.
-	Mock string
-	// ResourceName is advertised; default nvidia.com/gpu.
-	ResourceName string
-	// PluginDir, SocketName and KubeletSocket place the sockets (see deviceplugin.Config);
-	// SocketName defaults to nvidia-gpu.sock.
-	PluginDir, SocketName, KubeletSocket string
-	// CDI answers Allocate with CDI device names (nvidia.com/gpu=<uuid>) instead of device nodes.
-	CDI bool
-	// SysfsRoot is where a GPU's NUMA node is read (<root>/bus/pci/devices/<bus id>/numa_node).
-	SysfsRoot string
-	// HealthControlDir, if set, is watched for files named after GPU UUIDs holding
-	// "Unhealthy" or "Healthy": a way for operators and tests to take a GPU out of service.
-	HealthControlDir string
-	// Events overrides the health event source (tests). Nil: NVML's XID events, when the
-	// library supports them.
-	Events EventSource
-	// Logger; the zero value means klog.Background().
-	Logger klog.Logger
-}
-
 // Plugin is the reference NVIDIA GPU device plugin: GPUs by UUID, NUMA-aware preferred
 // allocation, XID-driven health.
 type Plugin struct {
@@ -62,29 +30,19 @@ type Plugin struct {
 	unhealthy map[string]string // UUID → reason
 }
 
-// New opens NVML (or the mock), enumerates the GPUs and prepares the plugin. It fails with a
-// clear error when the real library is absent.
+// New validates cfg (failing with cfg.Validate's error before it opens anything), opens NVML
+// (or the mock), enumerates the GPUs and prepares the plugin. It fails with a clear error when
+// the real library is absent.
 func New(cfg Config) (*Plugin, error) {
-	if cfg.ResourceName == "" {
-		cfg.ResourceName = DefaultResourceName
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.SocketName == "" {
-		cfg.SocketName = DefaultSocketName
-	}
-	if cfg.SysfsRoot == "" {
-		cfg.SysfsRoot = DefaultSysfsRoot
-	}
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = klog.Background()
-	}
+	cfg = cfg.withDefaults()
 	var lib nvml.Interface
-	switch cfg.Mock {
-	case "":
-		lib = nvml.New()
-	case MockDGXA100:
+	if cfg.Mock == MockDGXA100 {
 		lib = newMockDGXA100()
-	default:
-		return nil, fmt.Errorf("unknown mock %q (supported: %s)", cfg.Mock, MockDGXA100)
+	} else {
+		lib = nvml.New()
 	}
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
@@ -109,18 +67,13 @@ func New(cfg Config) (*Plugin, error) {
 			p.events = ev
 		}
 	}
-	sdk, err := deviceplugin.New(deviceplugin.Config{
-		ResourceName:           cfg.ResourceName,
-		PluginDir:              cfg.PluginDir,
-		SocketName:             cfg.SocketName,
-		KubeletSocket:          cfg.KubeletSocket,
-		Options:                &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
-		Devices:                p.deviceList(),
-		Allocate:               p.allocate,
-		GetPreferredAllocation: p.preferred,
-		KeepRegistering:        true,
-		Logger:                 cfg.Logger,
-	})
+	sdkCfg := cfg.sdkConfig()
+	sdkCfg.Options = &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
+	sdkCfg.Devices = p.deviceList()
+	sdkCfg.Allocate, sdkCfg.GetPreferredAllocation = p.allocate, p.preferred
+	sdkCfg.KeepRegistering = true
+	sdkCfg.Logger = cfg.Logger
+	sdk, err := deviceplugin.New(sdkCfg)
 	if err != nil {
 		_ = lib.Shutdown()
 		return nil, err

@@ -1,0 +1,45 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// StoreConfig describes a [Store]. Only Dir must be set: every other field's
+// zero value is the documented default, and NewStore never changes a value
+// that is set.
+type StoreConfig struct {
+	// Dir is the directory that holds kubelet_internal_checkpoint (the
+	// device-plugin socket directory). It must be an absolute path; NewStore
+	// creates it with DirMode when it is missing.
+	Dir string
+
+	// Logger receives the store's events (quarantine, stale temporary file
+	// removal, writes at V(4)). The zero Logger discards everything.
+	Logger klog.Logger
+
+	// OverwriteCorrupt turns quarantine off: Read only reports an unusable
+	// file, and the next Write replaces it, as the kubelet 1.36 does. The
+	// zero value, false, quarantines the file so that the evidence survives.
+	OverwriteCorrupt bool
+
+	// Clock timestamps quarantined files. Nil means clock.RealClock{}.
+	Clock clock.PassiveClock
+}
+
+// Validate reports every value of c that NewStore would refuse, joined with
+// errors.Join in field order. It changes nothing.
+func (c StoreConfig) Validate() error {
+	var errs []error
+	switch {
+	case c.Dir == "":
+		errs = append(errs, errors.New("checkpoint store: Dir must be set"))
+	case !filepath.IsAbs(c.Dir):
+		errs = append(errs, fmt.Errorf("checkpoint store: Dir must be an absolute path, got %q", c.Dir))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,111 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+func (r *runner) checkHealth() (Status, []string) {
+	if r.cfg.HealthTrigger == "" {
+		return Skip, []string{"not configured (--health-trigger, --health-restore)"}
+	}
+	ev, err := r.ensureRegistered()
+	if err != nil {
+		return Skip, []string{err.Error()}
+	}
+	cur, _ := r.current()
+	cur, ok := r.waitLists(cur.index, 1, r.t.FirstList)
+	if !ok {
+		return Fail, append(ev, "no device list to start from")
+	}
+	var dev string
+	for _, d := range cur.latest() {
+		if d.Health == pluginapi.Healthy {
+			dev = d.ID
+			break
+		}
+	}
+	if dev == "" {
+		return Skip, append(ev, "no healthy device to make unhealthy")
+	}
+	healthOf := func(v regView) string {
+		for _, d := range v.latest() {
+			if d.ID == dev {
+				return d.Health
+			}
+		}
+		return ""
+	}
+	for _, step := range []struct {
+		cmd, want string
+	}{{r.cfg.HealthTrigger, pluginapi.Unhealthy}, {r.cfg.HealthRestore, pluginapi.Healthy}} {
+		if step.cmd == "" {
+			continue
+		}
+		t0 := time.Now()
+		if out, err := r.shell(step.cmd, dev); err != nil {
+			return Fail, append(ev, fmt.Sprintf("%q failed: %v: %s", step.cmd, err, out))
+		}
+		snap, ok := r.reg.waitFor(r.ctx, r.t.Health, func(s []regView) bool { return healthOf(s[cur.index]) == step.want })
+		if !ok {
+			return Fail, append(ev, fmt.Sprintf("device %s not reported %s within %v of %q (last: %q)",
+				dev, step.want, r.t.Health, step.cmd, healthOf(snap[cur.index])))
+		}
+		ev = append(ev, fmt.Sprintf("device %s reported %s %s after %q", dev, step.want, sinceStr(t0, time.Now()), step.cmd))
+	}
+	return Pass, ev
+}
+
+// healthCheck is check 10, run by checkHealth above.
+var healthCheck = check{10, "health",
+	"a health change (--health-trigger / --health-restore) reaches the manager within 5s",
+	"the kubelet's genericDeviceUpdateCallback moves devices between healthy and unhealthy only when ListAndWatch sends a new list",
+	(*runner).checkHealth}
+
+// shell runs cmd with sh -c, telling it the device and the directory.
+func (r *runner) shell(cmd, dev string) (string, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.t.Health)
+	defer cancel()
+	c := exec.CommandContext(ctx, "sh", "-c", cmd)
+	c.Env = append(os.Environ(), "KDM_CONFORMANCE_DEVICE="+dev, "KDM_CONFORMANCE_DIR="+r.cfg.Dir)
+	out, err := c.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func (r *runner) checkDuplicates() (Status, []string) {
+	snap := r.reg.snapshot()
+	var ev []string
+	for i, b := range snap {
+		// a is the previous Register of the same resource from the same process to the same
+		// manager instance.
+		for j := i - 1; j >= 0; j-- {
+			a := snap[j]
+			if a.generation != b.generation || a.process != b.process || a.req.ResourceName != b.req.ResourceName {
+				continue
+			}
+			if a.accepted() && (a.closedAt.IsZero() || a.closedAt.After(b.at)) &&
+				(a.streamEnd.IsZero() || a.streamEnd.After(b.at)) {
+				ev = append(ev, fmt.Sprintf("Register #%d for %q came %s after #%d while the first connection was still streaming",
+					i+1, b.req.ResourceName, sinceStr(a.at, b.at), j+1))
+			}
+			break
+		}
+	}
+	total := fmt.Sprintf("%d Register calls in the run", len(snap))
+	if len(ev) > 0 {
+		return Warn, append(ev, total)
+	}
+	return Pass, []string{"no duplicate registrations; " + total}
+}
+
+// duplicatesCheck is check 7, run by checkDuplicates above.
+var duplicatesCheck = check{7, "duplicate-registration",
+	"no duplicate Register calls in a row (WARN)",
+	"the kubelet's connectClient overwrites the client of a re-registered resource and leaves the old stream open; when that old stream ends, runClient disconnects the new client, marking the resource's devices unhealthy",
+	(*runner).checkDuplicates}
