@@ -28,10 +28,7 @@ import (
 func (m *ManagerImpl) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
 	podUID := string(pod.UID)
 	m.mu.Lock()
-	if m.devicesToReuse[podUID] == nil {
-		m.devicesToReuse[podUID] = map[string]sets.Set[string]{}
-	}
-	reuse := cloneResourceSets(m.devicesToReuse[podUID])
+	reuse := m.st.ReusePool(podUID)
 	m.mu.Unlock()
 
 	if err := m.allocateContainer(ctx, pod, container, reuse); err != nil {
@@ -39,26 +36,8 @@ func (m *ManagerImpl) Allocate(ctx context.Context, pod *v1.Pod, container *v1.C
 	}
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	pool := m.devicesToReuse[podUID]
-	if pool == nil {
-		return nil
-	}
-	held := m.pods.containerAllDevices(podUID, container.Name)
-	if isRegularInitContainer(pod, container.Name) {
-		for res, ids := range held {
-			if pool[res] == nil {
-				pool[res] = sets.New[string]()
-			}
-			pool[res] = pool[res].Union(ids)
-		}
-		return nil
-	}
-	for res, ids := range held {
-		if pool[res] != nil {
-			pool[res] = pool[res].Difference(ids)
-		}
-	}
+	m.st.ContainerAllocated(podUID, container.Name, isRegularInitContainer(pod, container.Name))
+	m.mu.Unlock()
 	return nil
 }
 
@@ -82,7 +61,7 @@ func (m *ManagerImpl) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.
 	release := func() {
 		m.mu.Lock()
 		for _, p := range picks {
-			m.releaseLocked(p.resource, p.ids)
+			m.st.Release(p.resource, p.ids)
 		}
 		m.mu.Unlock()
 	}
@@ -93,7 +72,7 @@ func (m *ManagerImpl) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.
 			continue
 		}
 		m.mu.Lock()
-		plugin := m.isDevicePluginResourceLocked(res)
+		plugin := m.st.IsDevicePluginResource(res)
 		m.mu.Unlock()
 		if !plugin && qty.Value() > 0 && isExtendedResourceName(res) {
 			served, err := m.awaitUnknownResource(ctx, pod, c.Name, res)
@@ -129,21 +108,15 @@ func (m *ManagerImpl) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.
 		return nil
 	}
 	m.mu.Lock()
+	committed := make([]string, 0, len(picks))
 	for _, p := range picks {
-		m.releaseLocked(p.resource, p.ids)
-		m.pods.insert(podUID, c.Name, p.resource, p.devices, p.resp)
-		if m.allocated[p.resource] == nil {
-			m.allocated[p.resource] = sets.New[string]()
-		}
-		m.allocated[p.resource].Insert(p.ids.UnsortedList()...)
+		m.st.Commit(podUID, c.Name, p.resource, p.ids, p.devices, p.resp)
+		committed = append(committed, p.resource)
 	}
 	m.mu.Unlock()
 	if err := m.writeCheckpoint(); err != nil {
 		m.mu.Lock()
-		for _, p := range picks {
-			delete(m.pods[podUID][c.Name], p.resource)
-		}
-		m.allocated = m.pods.devices()
+		m.st.Uncommit(podUID, c.Name, committed)
 		m.mu.Unlock()
 		return err
 	}
@@ -160,22 +133,11 @@ func (m *ManagerImpl) callAllocate(ctx context.Context, p *pick) error {
 		m.mu.Unlock()
 		return fmt.Errorf("unknown Device Plugin %s", p.resource)
 	}
-	devs := checkpoint.DevicesPerNUMA{}
-	for _, id := range sets.List(p.ids) {
-		d, ok := m.allDevices[p.resource][id]
-		if !ok {
-			m.mu.Unlock()
-			return fmt.Errorf("device %s of resource %s is no longer reported by its plugin", id, p.resource)
-		}
-		if d.Topology == nil || len(d.Topology.Nodes) == 0 {
-			devs[noTopology] = append(devs[noTopology], id)
-			continue
-		}
-		for _, n := range d.Topology.Nodes {
-			devs[n.ID] = append(devs[n.ID], id)
-		}
-	}
+	devs, missing, ok := m.st.DevicesPerNUMA(p.resource, p.ids)
 	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("device %s of resource %s is no longer reported by its plugin", missing, p.resource)
+	}
 
 	start := m.cfg.Clock.Now()
 	resp, err := info.ep.Allocate(ctx, sets.List(p.ids))
@@ -188,17 +150,6 @@ func (m *ManagerImpl) callAllocate(ctx context.Context, p *pick) error {
 	}
 	p.devices, p.resp = devs, resp.ContainerResponses[0]
 	return nil
-}
-
-// releaseLocked drops reservations made by an allocation. Callers hold mu.
-func (m *ManagerImpl) releaseLocked(res string, ids sets.Set[string]) {
-	if m.pending[res] == nil {
-		return
-	}
-	m.pending[res] = m.pending[res].Difference(ids)
-	if m.pending[res].Len() == 0 {
-		delete(m.pending, res)
-	}
 }
 
 // UpdateAllocatedDevices garbage-collects the devices of pods that are no longer active. It
@@ -230,36 +181,13 @@ func (m *ManagerImpl) collectInactivePods() bool {
 		}
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	var removed []string
-	for uid := range m.pods {
-		if !active.Has(uid) {
-			removed = append(removed, uid)
-		}
-	}
-	for uid := range m.devicesToReuse {
-		if !active.Has(uid) {
-			delete(m.devicesToReuse, uid)
-		}
-	}
+	removed := m.st.RemoveInactive(active)
+	m.mu.Unlock()
 	if len(removed) == 0 {
 		return false
 	}
-	sort.Strings(removed)
 	m.log.V(3).Info("Removed devices of pods that are no longer active", "podUIDs", removed)
-	for _, uid := range removed {
-		delete(m.pods, uid)
-	}
-	m.allocated = m.pods.devices()
 	return true
-}
-
-func cloneResourceSets(in map[string]sets.Set[string]) map[string]sets.Set[string] {
-	out := make(map[string]sets.Set[string], len(in))
-	for k, v := range in {
-		out[k] = v.Clone()
-	}
-	return out
 }
 
 func sortedLimitNames(c *v1.Container) []string {

@@ -117,7 +117,7 @@ func (f *allocFixture) admit(pod *v1.Pod) error {
 func (f *allocFixture) held(pod *v1.Pod, container, res string) sets.Set[string] {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
-	return f.m.pods.containerDevices(string(pod.UID), container, res)
+	return f.m.st.ContainerDevices(string(pod.UID), container, res)
 }
 
 func TestPodContainerDeviceAllocation(t *testing.T) {
@@ -365,7 +365,7 @@ func TestFailedAllocationLeavesNoTrace(t *testing.T) {
 		t.Fatalf("a failed allocation recorded %v", held)
 	}
 	f.m.mu.Lock()
-	pending, allocated := len(f.m.pending), f.m.allocated[gpu].Len()
+	pending, allocated := f.m.st.Reservations(), f.m.st.AllocatedCount(gpu)
 	f.m.mu.Unlock()
 	if pending != 0 || allocated != 0 {
 		t.Fatalf("after failures: %d pending reservations, %d allocated", pending, allocated)

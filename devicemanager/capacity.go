@@ -6,7 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // GetCapacity returns, per resource, capacity (healthy + unhealthy devices) and allocatable
@@ -16,58 +15,24 @@ import (
 // Embedders publish removed resources with capacity 0, as the kubelet does.
 func (m *ManagerImpl) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
-	deleted := sets.New[string]()
 	m.mu.Lock()
-	expired := func(res string) bool {
-		info, ok := m.endpoints[res]
-		if !ok {
-			m.log.Error(nil, "Unexpected: device sets and endpoints became out of sync", "resourceName", res)
-			return true
-		}
-		return info.ep.GracePeriodExpired(m.cfg.GracePeriod)
-	}
-	counts := map[string][2]int64{}
-	for res, devs := range m.healthy {
-		if expired(res) {
-			deleted.Insert(res)
-			continue
-		}
-		c := counts[res]
-		c[0] += int64(devs.Len())
-		c[1] += int64(devs.Len())
-		counts[res] = c
-	}
-	for res, devs := range m.unhealthy {
-		if expired(res) {
-			deleted.Insert(res)
-			continue
-		}
-		c := counts[res]
-		c[0] += int64(devs.Len())
-		counts[res] = c
-	}
+	counts, removed := m.st.Capacity(m.cfg.Clock.Now(), m.cfg.GracePeriod)
 	for res, c := range counts {
-		capacity[v1.ResourceName(res)] = *resource.NewQuantity(c[0], resource.DecimalSI)
-		if _, ok := m.healthy[res]; ok {
-			allocatable[v1.ResourceName(res)] = *resource.NewQuantity(c[1], resource.DecimalSI)
-		}
+		capacity[v1.ResourceName(res)] = *resource.NewQuantity(c.Capacity, resource.DecimalSI)
+		allocatable[v1.ResourceName(res)] = *resource.NewQuantity(c.Allocatable, resource.DecimalSI)
 	}
-	for res := range deleted {
+	for _, res := range removed {
 		if info, ok := m.endpoints[res]; ok {
 			info.ep.Stop()
 		}
 		delete(m.endpoints, res)
-		delete(m.healthy, res)
-		delete(m.unhealthy, res)
-		delete(m.allDevices, res)
-		delete(m.listedBy, res)
 	}
 	m.mu.Unlock()
-	if deleted.Len() > 0 {
-		m.log.V(2).Info("Removed resources whose device plugin is gone", "resourceNames", sets.List(deleted))
+	if len(removed) > 0 {
+		m.log.V(2).Info("Removed resources whose device plugin is gone", "resourceNames", removed)
 		m.persistDeviceLists()
 	}
-	return capacity, allocatable, sets.List(deleted)
+	return capacity, allocatable, removed
 }
 
 // ShouldResetExtendedResourceCapacity reports whether the plugin directory holds no entry at
@@ -84,16 +49,6 @@ func (m *ManagerImpl) ShouldResetExtendedResourceCapacity() bool {
 		}
 	}
 	return true
-}
-
-// isDevicePluginResourceLocked reports whether the resource is served, or was served and
-// still has allocations, by a device plugin. Callers hold mu.
-func (m *ManagerImpl) isDevicePluginResourceLocked(res string) bool {
-	if _, ok := m.healthy[res]; ok {
-		return true
-	}
-	_, ok := m.allocated[res]
-	return ok
 }
 
 // DeviceChanges returns a channel that is closed at the next change of a resource's devices,

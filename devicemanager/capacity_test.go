@@ -70,8 +70,7 @@ func TestUpdateCapacityAllocatable(t *testing.T) {
 	}
 	m.mu.Lock()
 	_, e := m.endpoints[gpu]
-	_, h := m.healthy[gpu]
-	_, u := m.unhealthy[gpu]
+	h, u := m.st.Healthy(gpu) != nil, m.st.Unhealthy(gpu) != nil
 	m.mu.Unlock()
 	if e || h || u {
 		t.Fatalf("expired resource left in maps: endpoint=%v healthy=%v unhealthy=%v", e, h, u)
@@ -97,7 +96,7 @@ func TestUpdateCapacityAllocatable(t *testing.T) {
 		t.Fatalf("restored resource: capacity %v allocatable %v, want 0/0", c, a)
 	}
 	m2.mu.Lock()
-	plugin := m2.isDevicePluginResourceLocked(nic)
+	plugin := m2.st.IsDevicePluginResource(nic)
 	stopped := m2.endpoints[nic].ep.IsStopped()
 	m2.mu.Unlock()
 	if !plugin || !stopped {
@@ -116,16 +115,16 @@ func TestEndpointSyncOnDisconnect(t *testing.T) {
 	p.Stop()
 	waitFor(t, m, "disconnect", func() bool { return capacityIs(m, gpu, 2, 0) })
 	m.mu.Lock()
-	if _, ok := m.endpoints[gpu]; !ok || m.healthy[gpu] == nil || m.unhealthy[gpu].Len() != 2 {
-		t.Errorf("after disconnect: endpoint present=%v healthy=%v unhealthy=%v", ok, m.healthy[gpu], m.unhealthy[gpu])
+	if _, ok := m.endpoints[gpu]; !ok || m.st.Healthy(gpu) == nil || m.st.Unhealthy(gpu).Len() != 2 {
+		t.Errorf("after disconnect: endpoint present=%v healthy=%v unhealthy=%v", ok, m.st.Healthy(gpu), m.st.Unhealthy(gpu))
 	}
 	m.mu.Unlock()
 	clk.Step(time.Minute + time.Second)
 	m.GetCapacity()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.endpoints)+len(m.healthy)+len(m.unhealthy) != 0 {
-		t.Errorf("after expiry: endpoints=%v healthy=%v unhealthy=%v", m.endpoints, m.healthy, m.unhealthy)
+	if len(m.endpoints)+len(m.st.Listed()) != 0 || m.st.Known(gpu) {
+		t.Errorf("after expiry: endpoints=%v resources with devices=%v", m.endpoints, m.st.Listed())
 	}
 }
 

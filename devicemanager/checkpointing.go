@@ -10,17 +10,12 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/endpoint"
 )
 
 // snapshotLocked builds the checkpoint data from the current state. Callers hold mu.
-func (m *ManagerImpl) snapshotLocked() *checkpoint.Data {
-	reg := make(map[string][]string, len(m.healthy))
-	for res, ids := range m.healthy {
-		reg[res] = sets.List(ids)
-	}
-	return &checkpoint.Data{PodDeviceEntries: m.pods.entries(), RegisteredDevices: reg}
-}
+func (m *ManagerImpl) snapshotLocked() *checkpoint.Data { return m.st.Snapshot() }
 
 // writeCheckpoint writes the current state durably. Writers are serialised and each takes its
 // snapshot after acquiring the write lock, so the file never goes back to an older state.
@@ -143,20 +138,18 @@ func (m *ManagerImpl) restoreCheckpoint() error {
 	default:
 		return &UnreadableCheckpointError{Path: m.store.Path(), Err: err}
 	}
-	pods, bad := restorePodDevices(data.PodDeviceEntries)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	bad := m.st.Restore(data, m.cfg.Clock.Now())
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped checkpoint entry whose allocation response does not decode",
 			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.pods = pods
-	m.allocated = pods.devices()
-	for res := range data.RegisteredDevices {
+	for _, res := range m.st.Listed() {
 		m.addPlaceholderLocked(res)
 	}
 	m.log.V(2).Info("Restored device state from checkpoint", "path", m.store.Path(),
-		"layout", layout, "pods", len(pods), "resources", len(data.RegisteredDevices))
+		"layout", layout, "pods", len(m.st.PodUIDs()), "resources", len(data.RegisteredDevices))
 	return nil
 }
 
@@ -189,9 +182,9 @@ func (m *ManagerImpl) addPlaceholderLocked(res string) {
 	if _, ok := m.endpoints[res]; ok {
 		return
 	}
-	m.healthy[res] = sets.New[string]()
-	m.unhealthy[res] = sets.New[string]()
-	m.endpoints[res] = endpointInfo{ep: endpoint.NewStopped(res, m.cfg.Endpoint)}
+	ep := endpoint.NewStopped(res, m.cfg.Endpoint)
+	m.st.AddRestored(res, ep.StopTime())
+	m.endpoints[res] = endpointInfo{ep: ep}
 }
 
 // recoverAllocations restores the embedder's record of the assignments (RecoveredAllocations)
@@ -203,23 +196,22 @@ func (m *ManagerImpl) recoverAllocations(why string) error {
 	if len(m.sources.RecoveredAllocations) == 0 {
 		return nil
 	}
-	entries, conflicts := dropConflictingEntries(m.sources.RecoveredAllocations)
+	entries, conflicts := state.DropConflictingEntries(m.sources.RecoveredAllocations)
 	for _, e := range conflicts {
 		m.log.Error(nil, "Dropped recovered assignment: a device in it is claimed by another record",
 			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)
 	}
-	pods, bad := restorePodDevices(entries)
+	m.mu.Lock()
+	bad := m.st.RestoreAssignments(entries)
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped recovered assignment whose allocation response does not decode",
 			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)
 	}
-	m.mu.Lock()
-	m.pods = pods
-	m.allocated = pods.devices()
+	pods := m.st.PodUIDs()
 	m.recovered = map[string]sets.Set[string]{}
-	for res, ids := range m.allocated {
+	for _, res := range m.st.AllocatedResources() {
 		m.addPlaceholderLocked(res)
-		m.recovered[res] = ids.Clone()
+		m.recovered[res] = m.st.Allocated(res)
 	}
 	m.mu.Unlock()
 	m.log.Info("Restored device assignments from the embedder's records; the checkpoint could not be used",
@@ -228,41 +220,6 @@ func (m *ManagerImpl) recoverAllocations(why string) error {
 		return fmt.Errorf("writing the recovered checkpoint: %w", err)
 	}
 	return nil
-}
-
-// dropConflictingEntries returns the entries of which no device is named by another entry of
-// the same resource, and those that share a device.
-func dropConflictingEntries(in []checkpoint.PodDevicesEntry) (keep, conflicts []checkpoint.PodDevicesEntry) {
-	owners := map[string]map[string]int{} // resource → device → how many entries name it
-	ids := func(e checkpoint.PodDevicesEntry) sets.Set[string] {
-		s := sets.New[string]()
-		for _, list := range e.DeviceIDs {
-			s.Insert(list...)
-		}
-		return s
-	}
-	for _, e := range in {
-		if owners[e.ResourceName] == nil {
-			owners[e.ResourceName] = map[string]int{}
-		}
-		for id := range ids(e) {
-			owners[e.ResourceName][id]++
-		}
-	}
-	for _, e := range in {
-		shared := false
-		for id := range ids(e) {
-			if owners[e.ResourceName][id] > 1 {
-				shared = true
-			}
-		}
-		if shared {
-			conflicts = append(conflicts, e)
-		} else {
-			keep = append(keep, e)
-		}
-	}
-	return keep, conflicts
 }
 
 // checkRecoveredLocked compares the devices of recovered assignments with the first device

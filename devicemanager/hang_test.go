@@ -40,7 +40,7 @@ func TestHungPluginDoesNotBlockOthers(t *testing.T) {
 	}
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
-	if len(f.m.pending) != 0 {
-		t.Fatalf("the timed-out admission left reservations: %v", f.m.pending)
+	if n := f.m.st.Reservations(); n != 0 {
+		t.Fatalf("the timed-out admission left %d reservations", n)
 	}
 }

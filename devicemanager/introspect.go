@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // EndpointState says whether a resource's device plugin is connected.
@@ -84,12 +86,7 @@ type ResourceView struct {
 func (m *ManagerImpl) Resources() []ResourceView {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	names := sets.New[string]()
-	for _, src := range []map[string]sets.Set[string]{m.healthy, m.unhealthy, m.allocated} {
-		for res := range src {
-			names.Insert(res)
-		}
-	}
+	names := sets.New(m.st.Names()...)
 	for res := range m.endpoints {
 		names.Insert(res)
 	}
@@ -109,7 +106,7 @@ func (m *ManagerImpl) endpointViewLocked(res string) EndpointView {
 		return EndpointView{State: EndpointNone}
 	}
 	v := EndpointView{State: EndpointRunning, Socket: info.ep.SocketPath(), Instance: fmt.Sprintf("%p", info.ep),
-		Listed: m.listedBy[res] == info.ep}
+		Listed: m.st.Plugin(res).Listed}
 	if info.ep.IsStopped() {
 		v.State = EndpointStopped
 		v.StoppedAt = info.ep.StopTime()
@@ -129,31 +126,27 @@ type deviceHolder struct {
 // holdersLocked indexes the assignments: resource → device ID → holders. Callers hold mu.
 func (m *ManagerImpl) holdersLocked() map[string]map[string][]deviceHolder {
 	out := map[string]map[string][]deviceHolder{}
-	for podUID, containers := range m.pods {
-		for container, resources := range containers {
-			for res, a := range resources {
-				for node, ids := range a.devices {
-					for _, id := range ids {
-						if out[res] == nil {
-							out[res] = map[string][]deviceHolder{}
-						}
-						key := ContainerKey{PodUID: podUID, ContainerName: container}
-						hs := out[res][id]
-						i := sort.Search(len(hs), func(i int) bool { return !lessKey(hs[i].key, key) })
-						if i == len(hs) || hs[i].key != key {
-							hs = append(hs, deviceHolder{})
-							copy(hs[i+1:], hs[i:])
-							hs[i] = deviceHolder{key: key}
-						}
-						if node != noTopology {
-							hs[i].nodes = append(hs[i].nodes, node)
-						}
-						out[res][id] = hs
-					}
+	m.st.EachAllocation(func(podUID, container, res string, a *state.Allocation) {
+		for node, ids := range a.Devices {
+			for _, id := range ids {
+				if out[res] == nil {
+					out[res] = map[string][]deviceHolder{}
 				}
+				key := ContainerKey{PodUID: podUID, ContainerName: container}
+				hs := out[res][id]
+				i := sort.Search(len(hs), func(i int) bool { return !lessKey(hs[i].key, key) })
+				if i == len(hs) || hs[i].key != key {
+					hs = append(hs, deviceHolder{})
+					copy(hs[i+1:], hs[i:])
+					hs[i] = deviceHolder{key: key}
+				}
+				if node != state.NoTopology {
+					hs[i].nodes = append(hs[i].nodes, node)
+				}
+				out[res][id] = hs
 			}
 		}
-	}
+	})
 	return out
 }
 
@@ -168,30 +161,32 @@ func lessKey(a, b ContainerKey) bool {
 // device a container holds. Callers hold mu.
 func (m *ManagerImpl) deviceViewsLocked(res string, held map[string][]deviceHolder) []DeviceView {
 	ids := sets.New[string]()
-	for id := range m.allDevices[res] {
+	all := m.st.Devices(res)
+	for id := range all {
 		ids.Insert(id)
 	}
-	ids = ids.Union(m.healthy[res]).Union(m.unhealthy[res])
+	healthy, unhealthy := m.st.Healthy(res), m.st.Unhealthy(res)
+	ids = ids.Union(healthy).Union(unhealthy)
 	for id := range held {
 		ids.Insert(id)
 	}
 	out := make([]DeviceView, 0, ids.Len())
 	for _, id := range sets.List(ids) {
-		d := DeviceView{ID: id, Health: DeviceUnknown, NUMANodes: []int64{}, Reserved: m.pending[res].Has(id)}
+		d := DeviceView{ID: id, Health: DeviceUnknown, NUMANodes: []int64{}, Reserved: m.st.Reserved(res, id)}
 		switch {
-		case m.healthy[res].Has(id):
+		case healthy.Has(id):
 			d.Health = DeviceHealthy
-		case m.unhealthy[res].Has(id):
+		case unhealthy.Has(id):
 			d.Health = DeviceUnhealthy
 		}
-		if dev, ok := m.allDevices[res][id]; ok && dev.Topology != nil {
+		if dev, ok := all[id]; ok && dev.Topology != nil {
 			for _, n := range dev.Topology.Nodes {
 				d.NUMANodes = append(d.NUMANodes, n.ID)
 			}
 		}
 		for _, h := range held[id] {
 			d.Holders = append(d.Holders, h.key)
-			if _, listed := m.allDevices[res][id]; !listed {
+			if _, listed := all[id]; !listed {
 				d.NUMANodes = append(d.NUMANodes, h.nodes...)
 			}
 		}

@@ -17,14 +17,12 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/endpoint"
 )
 
 // ContainerKey names one container of one pod.
-type ContainerKey struct {
-	PodUID        string
-	ContainerName string
-}
+type ContainerKey = state.ContainerKey
 
 // Sources are what the manager learns from its embedder at Start.
 type Sources struct {
@@ -67,21 +65,16 @@ type ManagerImpl struct {
 	metrics    *metrics
 	updates    chan Update
 
-	mu             sync.Mutex
-	endpoints      map[string]endpointInfo
-	allDevices     map[string]map[string]*pluginapi.Device
-	listedBy       map[string]*endpoint.Endpoint // the instance whose list allDevices holds
-	healthy        map[string]sets.Set[string]
-	unhealthy      map[string]sets.Set[string]
-	allocated      map[string]sets.Set[string] // devices held in podDevices, per resource
-	pending        map[string]sets.Set[string] // devices reserved by allocations in flight
-	pods           podDevices
-	devicesToReuse map[string]map[string]sets.Set[string] // pod UID → resource → reusable IDs
-	recovered      map[string]sets.Set[string]            // devices restored from RecoveredAllocations, until the plugin's first list
-	startedAt      time.Time                              // when Start ran: opens the unknown-resource window of DeferAdmission
-	sources        Sources
-	running        sets.Set[ContainerKey]
-	deviceChange   chan struct{} // closed and replaced whenever endpoints or device sets change
+	mu sync.Mutex
+	// st is the device and assignment state: device sets, assignments, reservations, reuse
+	// pools, running containers, plugin presence. The manager feeds it and acts on its
+	// decisions; it is guarded by mu.
+	st           *state.State
+	endpoints    map[string]endpointInfo
+	recovered    map[string]sets.Set[string] // devices restored from RecoveredAllocations, until the plugin's first list
+	startedAt    time.Time                   // when Start ran: opens the unknown-resource window of DeferAdmission
+	sources      Sources
+	deviceChange chan struct{} // closed and replaced whenever endpoints or device sets change
 
 	// replaced holds, per resource, the replaced instances whose streams stay open, oldest
 	// first (see connect). Guarded by mu.
@@ -120,23 +113,16 @@ func New(cfg Config) (*ManagerImpl, error) {
 		return nil, fmt.Errorf("registering device manager metrics: %w", err)
 	}
 	return &ManagerImpl{
-		cfg:            cfg,
-		log:            cfg.Logger.WithName("devicemanager"),
-		socketPath:     filepath.Join(cfg.PluginDir, KubeletSocketName),
-		metrics:        met,
-		updates:        make(chan Update, updateChannelSize),
-		endpoints:      map[string]endpointInfo{},
-		allDevices:     map[string]map[string]*pluginapi.Device{},
-		listedBy:       map[string]*endpoint.Endpoint{},
-		healthy:        map[string]sets.Set[string]{},
-		unhealthy:      map[string]sets.Set[string]{},
-		allocated:      map[string]sets.Set[string]{},
-		pending:        map[string]sets.Set[string]{},
-		pods:           podDevices{},
-		devicesToReuse: map[string]map[string]sets.Set[string]{},
-		running:        sets.New[ContainerKey](),
-		deviceChange:   make(chan struct{}),
-		writeRequests:  make(chan struct{}, 1),
+		cfg:        cfg,
+		log:        cfg.Logger.WithName("devicemanager"),
+		socketPath: filepath.Join(cfg.PluginDir, KubeletSocketName),
+		metrics:    met,
+		updates:    make(chan Update, updateChannelSize),
+		st: state.New(state.Options{KeepCompletedInitDevices: cfg.Policy.KeepCompletedInitDevices,
+			KnowAssignedResources: cfg.Policy.DeferAdmission}),
+		endpoints:     map[string]endpointInfo{},
+		deviceChange:  make(chan struct{}),
+		writeRequests: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -181,9 +167,7 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 	m.mu.Lock()
 	m.sources = src
 	m.startedAt = m.cfg.Clock.Now()
-	for _, c := range src.RunningContainers {
-		m.running.Insert(c)
-	}
+	m.st.SetRunning(src.RunningContainers)
 	m.mu.Unlock()
 
 	if err := m.restoreCheckpoint(); err != nil {
@@ -279,8 +263,9 @@ func (m *ManagerImpl) finishStop() {
 		ep.Stop()
 	}
 	m.mu.Lock()
+	now := m.cfg.Clock.Now()
 	for res := range m.endpoints {
-		m.markResourceUnhealthyLocked(res)
+		m.markResourceUnhealthyLocked(res, now)
 	}
 	m.mu.Unlock()
 	m.server.Stop()

@@ -8,12 +8,13 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/deviceplugin"
 )
 
 func TestGetContainerDevices(t *testing.T) {
 	m, _ := New(Config{PluginDir: "/x"})
-	m.pods.insert("p", "c", gpu, checkpoint.DevicesPerNUMA{0: {"a", "b"}, 1: {"a"}, noTopology: {"z"}}, &pluginapi.ContainerAllocateResponse{})
+	m.st.Commit("p", "c", gpu, nil, checkpoint.DevicesPerNUMA{0: {"a", "b"}, 1: {"a"}, state.NoTopology: {"z"}}, &pluginapi.ContainerAllocateResponse{})
 	got := m.GetDevices("p", "c")
 	want := DeviceNUMA{gpu: {"a": {0, 1}, "b": {0}, "z": {}}}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -26,18 +27,18 @@ func TestDeviceRunContainerOptionsMerge(t *testing.T) {
 	if opts := m.runOptionsLocked("p", "c"); opts != nil {
 		t.Fatalf("options for a container without devices: %+v", opts)
 	}
-	m.pods.insert("p", "c", "example.com/a", checkpoint.DevicesPerNUMA{}, &pluginapi.ContainerAllocateResponse{})
+	m.st.Commit("p", "c", "example.com/a", nil, checkpoint.DevicesPerNUMA{}, &pluginapi.ContainerAllocateResponse{})
 	if opts := m.runOptionsLocked("p", "c"); opts == nil || opts.Envs != nil || opts.CDIDevices != nil {
 		t.Fatalf("empty response: %+v, want empty options", opts)
 	}
-	m.pods.insert("p", "c", "example.com/a", checkpoint.DevicesPerNUMA{}, &pluginapi.ContainerAllocateResponse{
+	m.st.Commit("p", "c", "example.com/a", nil, checkpoint.DevicesPerNUMA{}, &pluginapi.ContainerAllocateResponse{
 		Envs:        map[string]string{"X": "1", "Y": "a"},
 		Devices:     []*pluginapi.DeviceSpec{{HostPath: "/dev/a", ContainerPath: "/dev/x", Permissions: "rw"}},
 		Mounts:      []*pluginapi.Mount{{HostPath: "/h", ContainerPath: "/c", ReadOnly: true}},
 		Annotations: map[string]string{"k": "v"},
 		CdiDevices:  []*pluginapi.CDIDevice{{Name: "vendor.com/a=1"}, {Name: "vendor.com/a=2"}, {Name: "vendor.com/a=1"}},
 	})
-	m.pods.insert("p", "c", "example.com/b", checkpoint.DevicesPerNUMA{}, &pluginapi.ContainerAllocateResponse{
+	m.st.Commit("p", "c", "example.com/b", nil, checkpoint.DevicesPerNUMA{}, &pluginapi.ContainerAllocateResponse{
 		Envs:        map[string]string{"X": "2", "Z": "b"},
 		Devices:     []*pluginapi.DeviceSpec{{HostPath: "/dev/b", ContainerPath: "/dev/x"}},
 		Mounts:      []*pluginapi.Mount{{HostPath: "/h2", ContainerPath: "/c"}},
@@ -60,17 +61,17 @@ func TestDeviceRunContainerOptionsMerge(t *testing.T) {
 // TestPodsHoldingDevice: the pods to notify for a resource's devices are found within that
 // resource only (the kubelet matches IDs across resources).
 func TestPodsHoldingDevice(t *testing.T) {
-	p := podDevices{}
-	p.insert("p1", "c1", gpu, checkpoint.DevicesPerNUMA{0: {"a"}}, &pluginapi.ContainerAllocateResponse{})
-	p.insert("p2", "c2", "example.com/nic", checkpoint.DevicesPerNUMA{0: {"a"}}, &pluginapi.ContainerAllocateResponse{})
-	p.insert("p3", "c3", gpu, checkpoint.DevicesPerNUMA{-1: {"b"}}, &pluginapi.ContainerAllocateResponse{})
-	if got := p.podsHolding(gpu, []string{"a", "b", "unknown"}); !cmp.Equal(got, []string{"p1", "p3"}) {
+	p := state.New(state.Options{})
+	p.Commit("p1", "c1", gpu, nil, checkpoint.DevicesPerNUMA{0: {"a"}}, &pluginapi.ContainerAllocateResponse{})
+	p.Commit("p2", "c2", "example.com/nic", nil, checkpoint.DevicesPerNUMA{0: {"a"}}, &pluginapi.ContainerAllocateResponse{})
+	p.Commit("p3", "c3", gpu, nil, checkpoint.DevicesPerNUMA{-1: {"b"}}, &pluginapi.ContainerAllocateResponse{})
+	if got := p.PodsHolding(gpu, []string{"a", "b", "unknown"}); !cmp.Equal(got, []string{"p1", "p3"}) {
 		t.Errorf("pods holding gpu a, b: %v, want [p1 p3]", got)
 	}
-	if got := p.podsHolding("example.com/nic", []string{"a"}); !cmp.Equal(got, []string{"p2"}) {
+	if got := p.PodsHolding("example.com/nic", []string{"a"}); !cmp.Equal(got, []string{"p2"}) {
 		t.Errorf("pods holding nic a: %v, want [p2]", got)
 	}
-	if got := p.podsHolding(gpu, []string{"unknown"}); got != nil {
+	if got := p.PodsHolding(gpu, []string{"unknown"}); got != nil {
 		t.Errorf("pods holding an unknown device: %v", got)
 	}
 }
@@ -87,9 +88,8 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		CdiDevices: []*pluginapi.CDIDevice{{Name: "example.com/gpu=g1"}},
 	}
 	a.mu.Lock()
-	a.pods.insert("p1", "c1", gpu, checkpoint.DevicesPerNUMA{noTopology: {"g1"}, 0: {"g2"}}, resp)
-	a.pods.insert("p2", "c2", gpu, checkpoint.DevicesPerNUMA{1: {"g3"}}, &pluginapi.ContainerAllocateResponse{})
-	a.allocated = a.pods.devices()
+	a.st.Commit("p1", "c1", gpu, nil, checkpoint.DevicesPerNUMA{state.NoTopology: {"g1"}, 0: {"g2"}}, resp)
+	a.st.Commit("p2", "c2", gpu, nil, checkpoint.DevicesPerNUMA{1: {"g3"}}, &pluginapi.ContainerAllocateResponse{})
 	a.mu.Unlock()
 	if err := a.writeCheckpoint(); err != nil {
 		t.Fatal(err)
@@ -100,14 +100,14 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	b := testManager(t, dir, Config{}, Sources{})
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if diff := cmp.Diff(a.pods.entries(), b.pods.entries()); diff != "" {
+	if diff := cmp.Diff(a.st.Snapshot().PodDeviceEntries, b.st.Snapshot().PodDeviceEntries); diff != "" {
 		t.Fatalf("restored entries (-want +got):\n%s", diff)
 	}
 	if got := b.runOptionsLocked("p1", "c1"); len(got.Envs) != 1 || len(got.Mounts) != 1 || len(got.CDIDevices) != 1 {
 		t.Fatalf("restored run options %+v", got)
 	}
-	if b.allocated[gpu].Len() != 3 {
-		t.Fatalf("restored allocated devices %v, want 3", b.allocated[gpu])
+	if n := b.st.AllocatedCount(gpu); n != 3 {
+		t.Fatalf("restored allocated devices %d, want 3", n)
 	}
 }
 

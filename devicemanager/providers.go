@@ -8,6 +8,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // DeviceNUMA maps resource → device ID → the device's NUMA nodes (empty: no topology).
@@ -21,17 +22,17 @@ func (m *ManagerImpl) GetDevices(podUID, containerName string) DeviceNUMA {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := DeviceNUMA{}
-	for res, a := range m.pods[podUID][containerName] {
-		if len(a.devices) == 0 {
+	for res, a := range m.st.Allocations(podUID, containerName) {
+		if len(a.Devices) == 0 {
 			continue
 		}
 		devs := map[string][]int64{}
-		for node, ids := range a.devices {
+		for node, ids := range a.Devices {
 			for _, id := range ids {
 				if _, ok := devs[id]; !ok {
 					devs[id] = []int64{}
 				}
-				if node != noTopology {
+				if node != state.NoTopology {
 					devs[id] = append(devs[id], node)
 				}
 			}
@@ -50,11 +51,11 @@ func (m *ManagerImpl) GetAllocatableDevices() DeviceNUMA {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := DeviceNUMA{}
-	for res, ids := range m.healthy {
+	for _, res := range m.st.Listed() {
 		devs := map[string][]int64{}
-		for id := range ids {
+		for id := range m.st.Healthy(res) {
 			nodes := []int64{}
-			if d, ok := m.allDevices[res][id]; ok && d.Topology != nil {
+			if d := m.st.Device(res, id); d != nil && d.Topology != nil {
 				for _, n := range d.Topology.Nodes {
 					nodes = append(nodes, n.ID)
 				}
@@ -73,19 +74,19 @@ func (m *ManagerImpl) GetAllocatableDevices() DeviceNUMA {
 func (m *ManagerImpl) SanitizeNodeAllocatable(podUID string, allocatable v1.ResourceList) v1.ResourceList {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.pods.hasPod(podUID) {
+	if !m.st.HasPod(podUID) {
 		return allocatable
 	}
 	out := allocatable.DeepCopy()
 	if out == nil {
 		out = v1.ResourceList{}
 	}
-	for res, ids := range m.allocated {
-		name := v1.ResourceName(res)
-		if q, ok := out[name]; ok && q.Value() >= int64(ids.Len()) {
+	for _, res := range m.st.AllocatedResources() {
+		name, n := v1.ResourceName(res), int64(m.st.AllocatedCount(res))
+		if q, ok := out[name]; ok && q.Value() >= n {
 			continue
 		}
-		out[name] = *resource.NewQuantity(int64(ids.Len()), resource.DecimalSI)
+		out[name] = *resource.NewQuantity(n, resource.DecimalSI)
 	}
 	return out
 }
@@ -99,12 +100,12 @@ func (m *ManagerImpl) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.Pod
 	podUID := string(pod.UID)
 	for i := range status.ContainerStatuses {
 		cs := &status.ContainerStatuses[i]
-		held := m.pods[podUID][cs.Name]
-		for _, res := range sortedKeys(held) {
+		held := m.st.Allocations(podUID, cs.Name)
+		for _, res := range state.SortedKeys(held) {
 			rs := v1.ResourceStatus{Name: v1.ResourceName(res)}
-			for _, id := range held[res].ids().UnsortedList() {
+			for _, id := range held[res].IDs().UnsortedList() {
 				health := v1.ResourceHealthStatusHealthy
-				if d, ok := m.allDevices[res][id]; ok && d.Health != pluginapi.Healthy {
+				if d := m.st.Device(res, id); d != nil && d.Health != pluginapi.Healthy {
 					health = v1.ResourceHealthStatusUnhealthy
 				}
 				rs.Resources = append(rs.Resources, v1.ResourceHealth{ResourceID: v1.ResourceID(id), Health: health})
@@ -130,9 +131,5 @@ func (m *ManagerImpl) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.Pod
 func (m *ManagerImpl) GetContainerAllocations(podUID, containerName string) []checkpoint.PodDevicesEntry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	one := podDevices{}
-	if c, ok := m.pods[podUID][containerName]; ok {
-		one[podUID] = map[string]map[string]*allocation{containerName: c}
-	}
-	return one.entries()
+	return m.st.ContainerEntries(podUID, containerName)
 }

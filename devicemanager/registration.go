@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -158,6 +159,7 @@ func (m *ManagerImpl) connect(ctx context.Context, resource, path string) (*endp
 	}
 	evicted := m.keepReplacedLocked(resource, m.endpoints[resource].ep)
 	m.endpoints[resource] = endpointInfo{ep: ep, opts: opts}
+	m.st.Connect(resource)
 	m.signalDeviceChangeLocked()
 	m.mu.Unlock()
 	if evicted != nil {
@@ -229,7 +231,7 @@ func (m *ManagerImpl) runEndpoint(ctx context.Context, resource string, ep *endp
 	m.mu.Lock()
 	current := m.endpoints[resource].ep == ep
 	if current {
-		m.markResourceUnhealthyLocked(resource)
+		m.markResourceUnhealthyLocked(resource, ep.StopTime())
 	} else {
 		m.forgetReplacedLocked(resource, ep)
 	}
@@ -241,20 +243,13 @@ func (m *ManagerImpl) runEndpoint(ctx context.Context, resource string, ep *endp
 	}
 }
 
-// markResourceUnhealthyLocked moves every healthy device of the resource to unhealthy: the
-// plugin is gone, so nothing it advertised can be allocated. Capacity is kept for the grace
-// period. Callers hold mu.
-func (m *ManagerImpl) markResourceUnhealthyLocked(resource string) {
-	healthy, ok := m.healthy[resource]
-	if !ok {
+// markResourceUnhealthyLocked records that the resource's plugin went away at stoppedAt:
+// every healthy device becomes unhealthy, since nothing it advertised can be allocated, and
+// capacity is kept for the grace period. Callers hold mu.
+func (m *ManagerImpl) markResourceUnhealthyLocked(resource string, stoppedAt time.Time) {
+	if !m.st.Disconnect(resource, stoppedAt) {
 		return
 	}
-	if m.unhealthy[resource] == nil {
-		m.unhealthy[resource] = healthy.Clone()
-	} else {
-		m.unhealthy[resource] = m.unhealthy[resource].Union(healthy)
-	}
-	m.healthy[resource] = healthy.Clear()
 	m.signalDeviceChangeLocked()
 	m.log.V(2).Info("Marked all devices of resource unhealthy", "resourceName", resource)
 }

@@ -7,6 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // RunContainerOptions is what a container runtime needs to give a container its devices,
@@ -49,7 +51,7 @@ func (m *ManagerImpl) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.
 	for _, res := range sortedLimitNames(container) {
 		qty := container.Resources.Limits[v1.ResourceName(res)]
 		m.mu.Lock()
-		plugin := m.isDevicePluginResourceLocked(res)
+		plugin := m.st.IsDevicePluginResource(res)
 		m.mu.Unlock()
 		if !plugin || qty.Value() == 0 {
 			continue
@@ -61,7 +63,7 @@ func (m *ManagerImpl) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.
 			continue
 		}
 		m.mu.Lock()
-		missing := m.pods.containerDevices(podUID, container.Name, res) == nil
+		missing := m.st.ContainerDevices(podUID, container.Name, res) == nil
 		m.mu.Unlock()
 		if missing {
 			needsReAlloc = true
@@ -106,7 +108,7 @@ func (m *ManagerImpl) callPreStartContainerIfNeeded(ctx context.Context, podUID,
 		m.mu.Unlock()
 		return nil
 	}
-	ids := m.pods.containerDevices(podUID, container, res)
+	ids := m.st.ContainerDevices(podUID, container, res)
 	m.mu.Unlock()
 	if ids == nil {
 		return fmt.Errorf("no devices found allocated in local cache for pod %s, container %s, resource %s", podUID, container, res)
@@ -122,7 +124,7 @@ func (m *ManagerImpl) callPreStartContainerIfNeeded(ctx context.Context, podUID,
 // value wins and conflicts are logged; CDI devices are de-duplicated by name. Resources are
 // visited in name order. Callers hold mu.
 func (m *ManagerImpl) runOptionsLocked(podUID, container string) *RunContainerOptions {
-	resources := m.pods[podUID][container]
+	resources := m.st.Allocations(podUID, container)
 	if resources == nil {
 		return nil
 	}
@@ -131,12 +133,12 @@ func (m *ManagerImpl) runOptionsLocked(podUID, container string) *RunContainerOp
 	conflict := func(kind, key, kept, dropped string) {
 		m.log.Error(nil, "Conflicting device run option; keeping the first", "kind", kind, "key", key, "kept", kept, "dropped", dropped, "podUID", podUID, "containerName", container)
 	}
-	for _, res := range sortedKeys(resources) {
-		resp := resources[res].resp
+	for _, res := range state.SortedKeys(resources) {
+		resp := resources[res].Resp
 		if resp == nil {
 			continue
 		}
-		for _, k := range sortedKeys(resp.Envs) {
+		for _, k := range state.SortedKeys(resp.Envs) {
 			v := resp.Envs[k]
 			if prev, ok := envs[k]; ok {
 				if prev != v {
@@ -167,7 +169,7 @@ func (m *ManagerImpl) runOptionsLocked(podUID, container string) *RunContainerOp
 			mounts[mt.ContainerPath] = mt.HostPath
 			opts.Mounts = append(opts.Mounts, Mount{Name: mt.ContainerPath, ContainerPath: mt.ContainerPath, HostPath: mt.HostPath, ReadOnly: mt.ReadOnly})
 		}
-		for _, k := range sortedKeys(resp.Annotations) {
+		for _, k := range state.SortedKeys(resp.Annotations) {
 			v := resp.Annotations[k]
 			if prev, ok := annos[k]; ok {
 				if prev != v {

@@ -9,10 +9,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // errNoHealthyDevices marks the failure that deferred admission may wait out.
-var errNoHealthyDevices = errors.New("no healthy devices present")
+var errNoHealthyDevices = state.ErrNoHealthyDevices
 
 // devicesToAllocateWithDeferral is devicesToAllocate, except that with Policy.DeferAdmission a
 // resource known from the checkpoint whose plugin has not registered again is waited for, up to
@@ -31,8 +33,9 @@ func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1
 	for {
 		m.mu.Lock()
 		changed := m.deviceChange
-		waiting := m.awaitingPluginLocked(res)
-		graceLeft, stopped := m.graceLeftLocked(res)
+		now := m.cfg.Clock.Now()
+		waiting := m.st.AwaitingPlugin(res, now, m.cfg.GracePeriod)
+		graceLeft, stopped := m.st.GraceLeft(res, now, m.cfg.GracePeriod)
 		m.mu.Unlock()
 		wasStopped = wasStopped || stopped
 		if !waiting {
@@ -73,23 +76,7 @@ func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1
 func (m *ManagerImpl) gracePeriodOver(res string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	info, ok := m.endpoints[res]
-	return !ok || info.ep == nil || info.ep.GracePeriodExpired(m.cfg.GracePeriod)
-}
-
-// graceLeftLocked returns how long the resource's stopped endpoint has until its grace period
-// is over (just past it, since expiry is strict), and whether the endpoint is stopped at all.
-// Callers hold mu.
-func (m *ManagerImpl) graceLeftLocked(res string) (time.Duration, bool) {
-	info, ok := m.endpoints[res]
-	if !ok || info.ep == nil || !info.ep.IsStopped() {
-		return 0, false
-	}
-	left := m.cfg.GracePeriod - m.cfg.Clock.Since(info.ep.StopTime()) + time.Millisecond
-	if left < 0 {
-		left = 0
-	}
-	return left, true
+	return m.st.GraceOver(res, m.cfg.Clock.Now(), m.cfg.GracePeriod)
 }
 
 // awaitUnknownResource decides what happens to a container asking for a resource no plugin
@@ -109,7 +96,7 @@ func (m *ManagerImpl) awaitUnknownResource(ctx context.Context, pod *v1.Pod, con
 	deadline := m.startedAt.Add(m.cfg.Policy.DeferAdmissionTimeout)
 	// A container that ran before the restart keeps what it has (the restart bypass); a
 	// device chosen now could not be the one it uses.
-	running := !ready && m.isContainerAlreadyRunningLocked(string(pod.UID), container)
+	running := !ready && m.st.IsContainerAlreadyRunning(string(pod.UID), container)
 	m.mu.Unlock()
 	if running {
 		return false, nil
@@ -129,7 +116,7 @@ func (m *ManagerImpl) awaitUnknownResource(ctx context.Context, pod *v1.Pod, con
 	for {
 		m.mu.Lock()
 		changed := m.deviceChange
-		served := m.isDevicePluginResourceLocked(res) && !m.awaitingPluginLocked(res)
+		served := m.st.IsDevicePluginResource(res) && !m.st.AwaitingPlugin(res, m.cfg.Clock.Now(), m.cfg.GracePeriod)
 		m.mu.Unlock()
 		if served {
 			return true, nil
@@ -153,128 +140,27 @@ func (m *ManagerImpl) awaitUnknownResource(ctx context.Context, pod *v1.Pod, con
 	}
 }
 
-// awaitingPluginLocked reports whether the resource has no healthy device only because its
-// plugin is not (yet) back: restored from the checkpoint or restarting within the grace
-// period, or connected without having sent its first device list.
-func (m *ManagerImpl) awaitingPluginLocked(res string) bool {
-	info, ok := m.endpoints[res]
-	if !ok || m.healthy[res].Len() > 0 {
-		return false
-	}
-	if info.ep.IsStopped() {
-		return !info.ep.GracePeriodExpired(m.cfg.GracePeriod)
-	}
-	return m.listedBy[res] != info.ep // connected, its first device list not received yet
-}
-
-// devicesToAllocate chooses and reserves the devices one container needs of one resource,
-// following the kubelet's checks in the kubelet's order. It returns nil when nothing has to be
-// allocated (the container keeps its cached devices, or it was already running at a restart).
-// The chosen devices are reserved in m.pending; the caller commits or releases them.
+// devicesToAllocate chooses and reserves the devices one container needs of one resource
+// (state.Select: the kubelet's checks in the kubelet's order). It returns nil when nothing has
+// to be allocated (the container keeps its cached devices, or it was already running at a
+// restart). The chosen devices are reserved; the caller commits or releases them.
 func (m *ManagerImpl) devicesToAllocate(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
-	podUID := string(pod.UID)
 	// The embedder's callbacks run before mu is taken: they may call back into the manager.
-	ready := m.sourcesReady()
-	hint := m.affinity(podUID, container)
+	req := state.Request{PodUID: string(pod.UID), Container: container, Resource: res, Required: required,
+		Reusable: reusable, SourcesReady: m.sourcesReady(), Hint: m.affinity(string(pod.UID), container)}
 	m.mu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			m.mu.Unlock()
-		}
-	}()
-	needed := required
-	devices := m.pods.containerDevices(podUID, container, res)
-	if devices != nil {
-		needed = required - devices.Len()
-		if needed != 0 {
-			return nil, fmt.Errorf("pod %q container %q changed request for resource %q from %d to %d",
-				podUID, container, res, devices.Len(), required)
-		}
-	}
-	if !ready && m.isContainerAlreadyRunningLocked(podUID, container) {
-		m.log.V(3).Info("Container was running before the restart; keeping its devices", "pod", klog.KObj(pod), "containerName", container, "resourceName", res)
-		return nil, nil
-	}
-	healthy, ok := m.healthy[res]
-	if !ok {
-		return nil, fmt.Errorf("cannot allocate unregistered device %s", res)
-	}
-	if healthy.Len() == 0 {
-		return nil, fmt.Errorf("%w; cannot allocate unhealthy devices %s", errNoHealthyDevices, res)
-	}
-	if !healthy.IsSuperset(devices) {
-		return nil, fmt.Errorf("previously allocated devices are no longer healthy; cannot allocate unhealthy devices %s", res)
-	}
-	if needed == 0 {
-		return nil, nil
-	}
-
-	chosen := sets.New[string]()
-	// take reserves devices of s (sorted, for a deterministic choice among equals) that are
-	// healthy and not held by anyone else, until the request is met.
-	take := func(s sets.Set[string], mayBeHeld bool) bool {
-		for _, id := range sets.List(s) {
-			if needed == 0 {
-				break
-			}
-			if chosen.Has(id) || !m.healthy[res].Has(id) || m.pending[res].Has(id) {
-				continue
-			}
-			if !mayBeHeld && m.allocated[res].Has(id) {
-				continue
-			}
-			chosen.Insert(id)
-			if m.pending[res] == nil {
-				m.pending[res] = sets.New[string]()
-			}
-			m.pending[res].Insert(id)
-			needed--
-		}
-		return needed == 0
-	}
-	fail := func(err error) (sets.Set[string], error) {
-		m.releaseLocked(res, chosen)
-		return nil, err
-	}
-
-	if take(reusable, true) {
-		return chosen, nil
-	}
-	available := healthy.Difference(m.allocated[res]).Difference(m.pending[res])
-	if available.Len() < needed {
-		return fail(fmt.Errorf("requested number of devices unavailable for %s. Requested: %d, Available: %d", res, needed, available.Len()))
-	}
-	aligned, unaligned, noAffinity := m.filterByAffinityLocked(hint, res, available)
-	preferred := func(avail sets.Set[string]) (sets.Set[string], error) {
+	defer m.mu.Unlock()
+	// The plugin's preference is asked without mu; Select re-checks what comes back.
+	preferred := func(available, mustInclude sets.Set[string], size int) (sets.Set[string], error) {
 		m.mu.Unlock()
-		locked = false
-		ids, err := m.preferredAllocation(ctx, res, avail.Union(chosen), chosen, required)
-		m.mu.Lock()
-		locked = true
-		return ids, err
+		defer m.mu.Lock()
+		return m.preferredAllocation(ctx, res, available, mustInclude, size)
 	}
-	if needed < aligned.Len() {
-		pref, err := preferred(aligned)
-		if err != nil {
-			return fail(err)
-		}
-		if take(pref.Intersection(aligned), false) || take(aligned, false) {
-			return chosen, nil
-		}
-	} else {
-		if take(aligned, false) {
-			return chosen, nil
-		}
-		pref, err := preferred(available)
-		if err != nil {
-			return fail(err)
-		}
-		if take(pref.Intersection(available), false) || take(unaligned, false) || take(noAffinity, false) {
-			return chosen, nil
-		}
+	ids, outcome, err := m.st.Select(req, preferred)
+	if outcome == state.KeptRunning {
+		m.log.V(3).Info("Container was running before the restart; keeping its devices", "pod", klog.KObj(pod), "containerName", container, "resourceName", res)
 	}
-	return fail(fmt.Errorf("unexpectedly allocated less resources than required. Requested: %d, Got: %d", required, required-needed))
+	return ids, err
 }
 
 // preferredAllocation asks the plugin which devices it prefers, when it offers the call. With
@@ -320,22 +206,4 @@ func (m *ManagerImpl) affinity(podUID, container string) TopologyHint {
 		return TopologyHint{}
 	}
 	return m.cfg.TopologyAffinity.GetAffinity(podUID, container)
-}
-
-// isContainerAlreadyRunningLocked reports whether the runtime reported the container running
-// when the manager started. With Policy.KeepCompletedInitDevices, a container that holds a
-// checkpointed allocation in a pod with any running container counts as running too.
-func (m *ManagerImpl) isContainerAlreadyRunningLocked(podUID, container string) bool {
-	if m.running.Has(ContainerKey{PodUID: podUID, ContainerName: container}) {
-		return true
-	}
-	if !m.cfg.Policy.KeepCompletedInitDevices || len(m.pods[podUID][container]) == 0 {
-		return false
-	}
-	for key := range m.running {
-		if key.PodUID == podUID {
-			return true
-		}
-	}
-	return false
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // TestConcurrentAdmissionStress: 8 goroutines admit 1,000 pods against 64 devices while pods
@@ -88,8 +90,8 @@ func TestConcurrentAdmissionStress(t *testing.T) {
 	f.m.UpdateAllocatedDevices()
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
-	if len(f.m.pods) != 0 || f.m.allocated[gpu].Len() != 0 || len(f.m.pending) != 0 {
-		t.Fatalf("leak after every pod ended: %d pods, %d allocated, %d pending", len(f.m.pods), f.m.allocated[gpu].Len(), len(f.m.pending))
+	if pods, allocated, pending := len(f.m.st.PodUIDs()), f.m.st.AllocatedCount(gpu), f.m.st.Reservations(); pods+allocated+pending != 0 {
+		t.Fatalf("leak after every pod ended: %d pods, %d allocated, %d pending", pods, allocated, pending)
 	}
 	t.Logf("admitted %d of %d pods", admitted.Load(), total)
 }
@@ -103,22 +105,18 @@ func (f *allocFixture) checkNoDoubleAssignment() error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
 	owner := map[string]string{}
-	for uid, containers := range f.m.pods {
-		if !live[uid] {
-			continue
+	var err error
+	f.m.st.EachAllocation(func(uid, c, res string, a *state.Allocation) {
+		if !live[uid] || res != gpu || err != nil {
+			return
 		}
-		for c, resources := range containers {
-			a := resources[gpu]
-			if a == nil {
-				continue
+		for id := range a.IDs() {
+			if prev, ok := owner[id]; ok {
+				err = fmt.Errorf("device %s held by %s and %s/%s", id, prev, uid, c)
+				return
 			}
-			for id := range a.ids() {
-				if prev, ok := owner[id]; ok {
-					return fmt.Errorf("device %s held by %s and %s/%s", id, prev, uid, c)
-				}
-				owner[id] = uid + "/" + c
-			}
+			owner[id] = uid + "/" + c
 		}
-	}
-	return nil
+	})
+	return err
 }

@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/endpoint"
 )
@@ -26,25 +27,17 @@ func (f fixedAffinity) GetAffinity(string, string) TopologyHint { return f.hint 
 func seed(m *ManagerImpl, res string, devs ...*pluginapi.Device) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.endpoints[res] = endpointInfo{ep: endpoint.NewStopped(res, m.cfg.Endpoint)}
-	m.healthy[res], m.unhealthy[res] = sets.New[string](), sets.New[string]()
-	m.allDevices[res] = map[string]*pluginapi.Device{}
-	for _, d := range devs {
-		m.allDevices[res][d.ID] = d
-		if d.Health == pluginapi.Healthy {
-			m.healthy[res].Insert(d.ID)
-		} else {
-			m.unhealthy[res].Insert(d.ID)
-		}
-	}
+	ep := endpoint.NewStopped(res, m.cfg.Endpoint)
+	m.endpoints[res] = endpointInfo{ep: ep}
+	m.st.AddRestored(res, ep.StopTime())
+	m.st.ApplyDeviceList(res, devs)
 }
 
 // hold records an allocation directly.
 func hold(m *ManagerImpl, podUID, container, res string, ids ...string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.pods.insert(podUID, container, res, checkpoint.DevicesPerNUMA{noTopology: ids}, &pluginapi.ContainerAllocateResponse{})
-	m.allocated = m.pods.devices()
+	m.st.Commit(podUID, container, res, nil, checkpoint.DevicesPerNUMA{state.NoTopology: ids}, &pluginapi.ContainerAllocateResponse{})
 }
 
 func hint(preferred bool, nodes ...int) TopologyHint {
@@ -116,24 +109,6 @@ func TestGetTopologyHints(t *testing.T) {
 	}
 }
 
-func TestDeviceNUMANodes(t *testing.T) {
-	m, _ := New(Config{PluginDir: "/x", NUMANodes: []int{0, 1, 2, 3}})
-	seed(m, "r", numaDevice("a", 3), numaDevice("b", 1, 3), numaDevice("c"), numaDevice("d", 7))
-	m.mu.Lock()
-	got := m.deviceNUMANodesLocked("r")
-	m.mu.Unlock()
-	if fmt.Sprint(got) != "[1 3]" {
-		t.Fatalf("device NUMA nodes %v, want [1 3] (no-topology ignored, unknown 7 dropped)", got)
-	}
-	seed(m, "none", numaDevice("x"))
-	m.mu.Lock()
-	got = m.deviceNUMANodesLocked("none")
-	m.mu.Unlock()
-	if fmt.Sprint(got) != "[0 1 2 3]" {
-		t.Fatalf("no device topology: got %v, want the machine's nodes", got)
-	}
-}
-
 // TestGenerateHintsManyNUMANodes: a 34-node machine with devices on two nodes yields the three
 // masks over those nodes, not 2^34 (kubernetes #135541).
 func TestGenerateHintsManyNUMANodes(t *testing.T) {
@@ -148,25 +123,6 @@ func TestGenerateHintsManyNUMANodes(t *testing.T) {
 	want := []TopologyHint{hint(true, 5), hint(true, 30), hint(false, 5, 30)}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("hints (-want +got):\n%s", diff)
-	}
-}
-
-func TestFilterByAffinity(t *testing.T) {
-	m, _ := New(Config{PluginDir: "/x", TopologyAffinity: fixedAffinity{hint(true, 1)}})
-	seed(m, "r", numaDevice("a", 0), numaDevice("b", 1), numaDevice("c", 1, 2), numaDevice("d", 2), numaDevice("e"))
-	m.mu.Lock()
-	aligned, unaligned, none := m.filterByAffinityLocked(m.affinity("p", "c"), "r", sets.New("a", "b", "c", "d", "e"))
-	m.mu.Unlock()
-	if !aligned.Equal(sets.New("b", "c")) || !unaligned.Equal(sets.New("a", "d")) || !none.Equal(sets.New("e")) {
-		t.Fatalf("aligned %v unaligned %v none %v; want [b c] [a d] [e]", sets.List(aligned), sets.List(unaligned), sets.List(none))
-	}
-	m2, _ := New(Config{PluginDir: "/x"})
-	seed(m2, "r", numaDevice("a", 0))
-	m2.mu.Lock()
-	aligned, unaligned, none = m2.filterByAffinityLocked(m2.affinity("p", "c"), "r", sets.New("a"))
-	m2.mu.Unlock()
-	if aligned.Len()+unaligned.Len() != 0 || !none.Equal(sets.New("a")) {
-		t.Fatalf("without a hint every device has no affinity: %v %v %v", aligned, unaligned, none)
 	}
 }
 
@@ -366,7 +322,8 @@ func TestHintsWithReusableDevices(t *testing.T) {
 	m, _ := New(Config{PluginDir: "/x", NUMANodes: []int{0, 1}})
 	seed(m, gpu, numaDevice("a", 0), numaDevice("b", 1), numaDevice("c", 1))
 	hold(m, "p", "init", gpu, "a")
-	m.devicesToReuse["p"] = map[string]sets.Set[string]{gpu: sets.New("a")}
+	m.st.ReusePool("p")
+	m.st.ContainerAllocated("p", "init", true)
 	m.sources = Sources{SourcesReady: func() bool { return false }}
 	c := container("app", map[string]int64{gpu: 2})
 	got := m.GetTopologyHints(testPod("p", c), &c)[gpu]

@@ -1,0 +1,153 @@
+package state
+
+import (
+	"sort"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
+)
+
+// Reserved reports whether an allocation in flight has picked the device.
+func (s *State) Reserved(res, id string) bool { return s.pending[res].Has(id) }
+
+// Release drops the reservations of ids, made by Select.
+func (s *State) Release(res string, ids sets.Set[string]) {
+	if s.pending[res] == nil {
+		return
+	}
+	s.pending[res] = s.pending[res].Difference(ids)
+	if s.pending[res].Len() == 0 {
+		delete(s.pending, res)
+	}
+}
+
+// DevicesPerNUMA groups ids by the NUMA nodes their plugin reports (NoTopology for none),
+// as the checkpoint records them. It reports false, naming the first, when an ID is not in
+// the resource's list.
+func (s *State) DevicesPerNUMA(res string, ids sets.Set[string]) (checkpoint.DevicesPerNUMA, string, bool) {
+	devs := checkpoint.DevicesPerNUMA{}
+	var all map[string]*pluginapi.Device
+	if r := s.resources[res]; r != nil {
+		all = r.all
+	}
+	for _, id := range sets.List(ids) {
+		d, ok := all[id]
+		if !ok {
+			return nil, id, false
+		}
+		if d.Topology == nil || len(d.Topology.Nodes) == 0 {
+			devs[NoTopology] = append(devs[NoTopology], id)
+			continue
+		}
+		for _, n := range d.Topology.Nodes {
+			devs[n.ID] = append(devs[n.ID], id)
+		}
+	}
+	return devs, "", true
+}
+
+// Commit turns the reservation of ids into the container's allocation of the resource, with
+// the plugin's answer.
+func (s *State) Commit(podUID, container, res string, ids sets.Set[string], devs checkpoint.DevicesPerNUMA, resp *pluginapi.ContainerAllocateResponse) {
+	s.Release(res, ids)
+	s.put(podUID, container, res, newAllocation(devs, resp, nil))
+}
+
+// Uncommit removes the container's allocations of the given resources (a commit whose
+// checkpoint write failed).
+func (s *State) Uncommit(podUID, container string, resources []string) {
+	for _, res := range resources {
+		s.drop(podUID, container, res)
+	}
+}
+
+// ReusePool returns a copy of the pod's init-container reuse pool: per resource, the devices
+// its completed regular init containers held that later containers may take. It starts the
+// pool if the pod has none.
+func (s *State) ReusePool(podUID string) map[string]sets.Set[string] {
+	if s.reuse[podUID] == nil {
+		s.reuse[podUID] = map[string]sets.Set[string]{}
+	}
+	out := make(map[string]sets.Set[string], len(s.reuse[podUID]))
+	for k, v := range s.reuse[podUID] {
+		out[k] = v.Clone()
+	}
+	return out
+}
+
+// PoolOf returns the pod's reuse pool of the resource, read-only; nil if none.
+func (s *State) PoolOf(podUID, res string) sets.Set[string] { return s.reuse[podUID][res] }
+
+// ContainerAllocated updates the pod's reuse pool after the container's allocation: a regular
+// init container adds what it holds; a sidecar or app container takes what it holds out. A pod
+// whose pool was garbage-collected meanwhile is left without one.
+func (s *State) ContainerAllocated(podUID, container string, regularInit bool) {
+	pool := s.reuse[podUID]
+	if pool == nil {
+		return
+	}
+	for res, a := range s.pods[podUID][container] {
+		ids := a.IDs()
+		if regularInit {
+			pool[res] = ids.Union(pool[res])
+		} else if pool[res] != nil {
+			pool[res] = pool[res].Difference(ids)
+		}
+	}
+}
+
+// RemoveInactive drops the assignments and reuse pools of the pods active does not name, and
+// returns the UIDs of the pods whose assignments it dropped, sorted. Its cost is that of the
+// dropped pods' devices, not of every pod.
+func (s *State) RemoveInactive(active sets.Set[string]) []string {
+	for uid := range s.reuse {
+		if !active.Has(uid) {
+			delete(s.reuse, uid)
+		}
+	}
+	var removed []string
+	for uid := range s.pods {
+		if !active.Has(uid) {
+			removed = append(removed, uid)
+		}
+	}
+	sort.Strings(removed)
+	for _, uid := range removed {
+		for container, resources := range s.pods[uid] {
+			for res := range resources {
+				s.drop(uid, container, res)
+			}
+		}
+	}
+	return removed
+}
+
+// IsContainerAlreadyRunning reports whether the runtime reported the container running when
+// the owner started. With Options.KeepCompletedInitDevices, a container holding an allocation
+// in a pod with any running container counts as running too.
+func (s *State) IsContainerAlreadyRunning(podUID, container string) bool {
+	if s.running.Has(ContainerKey{PodUID: podUID, ContainerName: container}) {
+		return true
+	}
+	if !s.opts.KeepCompletedInitDevices || len(s.pods[podUID][container]) == 0 {
+		return false
+	}
+	for key := range s.running {
+		if key.PodUID == podUID {
+			return true
+		}
+	}
+	return false
+}
+
+// Reservations returns how many devices allocations in flight have reserved, over every
+// resource.
+func (s *State) Reservations() int {
+	n := 0
+	for _, ids := range s.pending {
+		n += ids.Len()
+	}
+	return n
+}

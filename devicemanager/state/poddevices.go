@@ -1,0 +1,185 @@
+package state
+
+import (
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
+)
+
+// NoTopology is the pseudo NUMA node under which devices without topology are recorded.
+const NoTopology int64 = -1
+
+// Allocation is what one container holds of one resource: the device IDs per NUMA node and
+// the plugin's Allocate answer for them. The owner must not modify it.
+type Allocation struct {
+	Devices checkpoint.DevicesPerNUMA
+	Resp    *pluginapi.ContainerAllocateResponse
+	raw     []byte // Resp in wire form, as checkpointed; nil if it could not be marshalled
+}
+
+// IDs returns the allocation's device IDs, each once.
+func (a *Allocation) IDs() sets.Set[string] {
+	s := sets.New[string]()
+	for _, list := range a.Devices {
+		s.Insert(list...)
+	}
+	return s
+}
+
+// newAllocation keeps raw as the wire form when given (restored from a checkpoint), and
+// marshals resp otherwise.
+func newAllocation(devs checkpoint.DevicesPerNUMA, resp *pluginapi.ContainerAllocateResponse, raw []byte) *Allocation {
+	a := &Allocation{Devices: devs, Resp: resp, raw: raw}
+	if a.raw == nil && resp != nil {
+		if b, err := proto.Marshal(resp); err == nil {
+			a.raw = b
+			if a.raw == nil {
+				a.raw = []byte{}
+			}
+		}
+	}
+	return a
+}
+
+// podDevices records which devices every container holds: pod UID → container → resource.
+type podDevices map[string]map[string]map[string]*Allocation
+
+func (p podDevices) set(podUID, container, resource string, a *Allocation) {
+	if p[podUID] == nil {
+		p[podUID] = map[string]map[string]*Allocation{}
+	}
+	if p[podUID][container] == nil {
+		p[podUID][container] = map[string]*Allocation{}
+	}
+	p[podUID][container][resource] = a
+}
+
+// hold adds (delta 1) or drops (delta -1) one container's hold on the allocation's devices.
+func (s *State) hold(res string, a *Allocation, delta int) {
+	for id := range a.IDs() {
+		counts := s.held[res]
+		if counts == nil {
+			counts = map[string]int{}
+			s.held[res] = counts
+		}
+		if counts[id] += delta; counts[id] <= 0 {
+			delete(counts, id)
+		}
+	}
+	if len(s.held[res]) == 0 {
+		delete(s.held, res)
+	}
+}
+
+// put records the allocation, replacing (and un-holding) whatever the container held of the
+// resource.
+func (s *State) put(podUID, container, res string, a *Allocation) {
+	if old := s.pods[podUID][container][res]; old != nil {
+		s.hold(res, old, -1)
+	}
+	s.pods.set(podUID, container, res, a)
+	s.hold(res, a, 1)
+}
+
+// drop removes the container's allocation of the resource, if any.
+func (s *State) drop(podUID, container, res string) {
+	a := s.pods[podUID][container][res]
+	if a == nil {
+		return
+	}
+	s.hold(res, a, -1)
+	delete(s.pods[podUID][container], res)
+	if len(s.pods[podUID][container]) == 0 {
+		delete(s.pods[podUID], container)
+	}
+	if len(s.pods[podUID]) == 0 {
+		delete(s.pods, podUID)
+	}
+}
+
+// HasPod reports whether the pod holds any allocation.
+func (s *State) HasPod(podUID string) bool { _, ok := s.pods[podUID]; return ok }
+
+// PodUIDs returns the UIDs of the pods holding allocations, sorted.
+func (s *State) PodUIDs() []string { return SortedKeys(s.pods) }
+
+// Containers returns the names of the pod's containers holding allocations, sorted.
+func (s *State) Containers(podUID string) []string { return SortedKeys(s.pods[podUID]) }
+
+// Allocations returns the container's allocations by resource; nil when it holds none. The
+// map is the state's own: read it, do not keep or change it.
+func (s *State) Allocations(podUID, container string) map[string]*Allocation {
+	return s.pods[podUID][container]
+}
+
+// ContainerDevices returns the IDs the container holds of the resource, or nil when it holds
+// no entry for it (an entry with no devices gives an empty, non-nil set).
+func (s *State) ContainerDevices(podUID, container, res string) sets.Set[string] {
+	a := s.pods[podUID][container][res]
+	if a == nil {
+		return nil
+	}
+	return a.IDs()
+}
+
+// PodDevices returns the union of the devices the pod's containers hold of the resource, or
+// nil when none holds an entry for it.
+func (s *State) PodDevices(podUID, res string) sets.Set[string] {
+	var out sets.Set[string]
+	for container := range s.pods[podUID] {
+		if ids := s.ContainerDevices(podUID, container, res); ids != nil {
+			out = ids.Union(out)
+		}
+	}
+	return out
+}
+
+// AllocatedCount returns how many devices of the resource are held by some container.
+func (s *State) AllocatedCount(res string) int { return len(s.held[res]) }
+
+// AllocatedResources returns the resources of which some container holds a device, sorted.
+func (s *State) AllocatedResources() []string { return SortedKeys(s.held) }
+
+// IsAllocated reports whether some container holds the device.
+func (s *State) IsAllocated(res, id string) bool { return s.held[res][id] > 0 }
+
+// PodsHolding returns the UIDs of the pods holding any of the resource's IDs, each once, in
+// pod UID order. The kubelet matches IDs across all resources; the core matches within the
+// resource, so equal IDs of two resources cannot wake the wrong pod.
+func (s *State) PodsHolding(res string, ids []string) []string {
+	if len(ids) == 0 {
+		return nil
+	}
+	want := sets.New(ids...)
+	var uids []string
+	for _, podUID := range SortedKeys(s.pods) {
+	containers:
+		for _, resources := range s.pods[podUID] {
+			if a := resources[res]; a != nil {
+				for _, list := range a.Devices {
+					for _, id := range list {
+						if want.Has(id) {
+							uids = append(uids, podUID)
+							break containers
+						}
+					}
+				}
+			}
+		}
+	}
+	return uids
+}
+
+// SortedKeys returns the keys of m in ascending order.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

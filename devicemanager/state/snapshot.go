@@ -1,0 +1,137 @@
+package state
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
+)
+
+// Snapshot returns the checkpoint data of the current state: every assignment, sorted by pod
+// UID, container and resource, and the healthy devices of every resource with a device list.
+// Entries whose response is missing or cannot be marshalled are left out, as the kubelet does.
+func (s *State) Snapshot() *checkpoint.Data {
+	reg := make(map[string][]string, len(s.resources))
+	for name, r := range s.resources {
+		if r.hasSets() {
+			reg[name] = sets.List(r.healthy)
+		}
+	}
+	return &checkpoint.Data{PodDeviceEntries: s.entries(s.pods), RegisteredDevices: reg}
+}
+
+// ContainerEntries returns the container's checkpoint entries, one per resource it holds,
+// sorted by resource: the same entries Snapshot stores for it.
+func (s *State) ContainerEntries(podUID, container string) []checkpoint.PodDevicesEntry {
+	c, ok := s.pods[podUID][container]
+	if !ok {
+		return nil
+	}
+	return s.entries(podDevices{podUID: {container: c}})
+}
+
+func (s *State) entries(p podDevices) []checkpoint.PodDevicesEntry {
+	var out []checkpoint.PodDevicesEntry
+	for _, podUID := range SortedKeys(p) {
+		for _, container := range SortedKeys(p[podUID]) {
+			for _, res := range SortedKeys(p[podUID][container]) {
+				a := p[podUID][container][res]
+				if a.raw == nil {
+					continue
+				}
+				out = append(out, checkpoint.PodDevicesEntry{
+					PodUID: podUID, ContainerName: container, ResourceName: res,
+					DeviceIDs: a.Devices, AllocResp: a.raw,
+				})
+			}
+		}
+	}
+	return out
+}
+
+// Restore loads a checkpoint: its assignments replace the state's, and every resource it
+// registers becomes known with no device, its plugin away since now (AddRestored). With
+// Options.KnowAssignedResources, so does a resource that only assignments name (its plugin
+// was gone past the grace period when the checkpoint was written): its pods then wait for
+// the plugin like the others instead of being refused as unregistered. It returns the entries
+// skipped because their AllocResp does not decode.
+func (s *State) Restore(data *checkpoint.Data, now time.Time) (bad []checkpoint.PodDevicesEntry) {
+	bad = s.RestoreAssignments(data.PodDeviceEntries)
+	for _, res := range SortedKeys(data.RegisteredDevices) {
+		s.AddRestored(res, now)
+	}
+	if s.opts.KnowAssignedResources {
+		for _, res := range s.AllocatedResources() {
+			s.AddRestored(res, now)
+		}
+	}
+	return bad
+}
+
+// RestoreAssignments replaces every assignment with the entries' (a checkpoint's, or the
+// owner's own record), and returns the entries it skipped because their AllocResp is not a
+// valid ContainerAllocateResponse. Reservations and device sets are untouched.
+func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []checkpoint.PodDevicesEntry) {
+	s.pods, s.held = podDevices{}, map[string]map[string]int{}
+	for _, e := range entries {
+		resp := &pluginapi.ContainerAllocateResponse{}
+		if err := proto.Unmarshal(e.AllocResp, resp); err != nil {
+			bad = append(bad, e)
+			continue
+		}
+		devs := checkpoint.DevicesPerNUMA{}
+		for n, ids := range e.DeviceIDs {
+			devs[n] = append([]string(nil), ids...)
+		}
+		raw := e.AllocResp
+		if raw == nil {
+			raw = []byte{}
+		}
+		s.put(e.PodUID, e.ContainerName, e.ResourceName, newAllocation(devs, resp, raw))
+	}
+	return bad
+}
+
+// DropConflictingEntries returns the entries of which no device is also named by an entry of
+// another pod for the same resource, and those that share a device across pods: of two
+// records that claim one device for two pods, neither can be trusted over the other. Entries
+// of one pod may share a device: a regular init container's devices are reused by the pod's
+// later containers.
+func DropConflictingEntries(in []checkpoint.PodDevicesEntry) (keep, conflicts []checkpoint.PodDevicesEntry) {
+	owners := map[string]map[string]sets.Set[string]{} // resource → device → pods naming it
+	ids := func(e checkpoint.PodDevicesEntry) sets.Set[string] {
+		s := sets.New[string]()
+		for _, list := range e.DeviceIDs {
+			s.Insert(list...)
+		}
+		return s
+	}
+	for _, e := range in {
+		if owners[e.ResourceName] == nil {
+			owners[e.ResourceName] = map[string]sets.Set[string]{}
+		}
+		for id := range ids(e) {
+			if owners[e.ResourceName][id] == nil {
+				owners[e.ResourceName][id] = sets.New[string]()
+			}
+			owners[e.ResourceName][id].Insert(e.PodUID)
+		}
+	}
+	for _, e := range in {
+		shared := false
+		for id := range ids(e) {
+			if owners[e.ResourceName][id].Len() > 1 {
+				shared = true
+			}
+		}
+		if shared {
+			conflicts = append(conflicts, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	return keep, conflicts
+}

@@ -1,0 +1,438 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
+)
+
+// TestState drives the core from the scripts in testdata/state: each command changes or
+// queries one State and prints what it decided (`go test ./devicemanager/state -rewrite`
+// refreshes the expected output). Times are offsets from an arbitrary origin, the grace
+// period is 5m unless a command says otherwise.
+//
+// Commands (arguments are key=value; lists are comma-separated):
+//
+//	new [keep-completed-init]           start over, with the kdm option if named
+//	connect res=R                       a plugin instance of R is current
+//	list res=R devices=a,b unhealthy=b numa=a:0,b:1   the current instance's device list
+//	disconnect res=R at=T               the plugin went away at T
+//	restored res=R at=T                 R is named by the checkpoint read at T
+//	restore at=T                        a new State from a checkpoint: input lines
+//	                                    "pod/ctr resource ids" and "registered resource"
+//	running keys=pod/ctr,...            containers the runtime reports running at start
+//	select pod=P ctr=C res=R n=N [reuse=ids] [ready] [hint=0,1] [prefer=ids|prefer-error]
+//	                                    pick and reserve; prints the choice or the error
+//	commit pod=P ctr=C res=R ids=...    turn the reservation into an assignment
+//	allocate pod=P ctr=C res=R n=N [init] [ready] ...   select, commit and update the reuse pool
+//	release res=R ids=...               drop reservations
+//	gc active=P,...                     garbage-collect every other pod
+//	capacity at=T [grace=D]             counts, removing expired resources
+//	awaiting res=R at=T                 does deferred admission wait for R now?
+//	hints pod=P ctr=C R=N... [numa=0,1] topology hints for a container
+//	snapshot                            the checkpoint entries and registered devices
+//	roundtrip                           snapshot, restore into a new State, compare
+//	state                               everything, sorted
+func TestState(t *testing.T) {
+	datadriven.Walk(t, "../../testdata/state", func(t *testing.T, path string) {
+		d := &driver{s: New(Options{})}
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			out, err := d.do(td)
+			if err != nil {
+				t.Fatalf("%s: %v", td.Pos, err)
+			}
+			return out
+		})
+	})
+}
+
+type driver struct {
+	s    *State
+	opts Options
+}
+
+var origin = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type args map[string]string
+
+func parseArgs(td *datadriven.TestData) args {
+	a := args{}
+	for _, c := range td.CmdArgs {
+		a[c.Key] = strings.Join(c.Vals, ",")
+	}
+	return a
+}
+
+func (a args) list(k string) []string {
+	if a[k] == "" {
+		return nil
+	}
+	return strings.Split(a[k], ",")
+}
+
+func (a args) has(k string) bool { _, ok := a[k]; return ok }
+
+func (a args) at(k string) (time.Time, error) {
+	if a[k] == "" {
+		return origin, nil
+	}
+	d, err := time.ParseDuration(a[k])
+	return origin.Add(d), err
+}
+
+func (a args) grace() (time.Duration, error) {
+	if a["grace"] == "" {
+		return 5 * time.Minute, nil
+	}
+	return time.ParseDuration(a["grace"])
+}
+
+func (d *driver) do(td *datadriven.TestData) (string, error) {
+	a := parseArgs(td)
+	res := a["res"]
+	switch td.Cmd {
+	case "new":
+		d.opts = Options{KeepCompletedInitDevices: a.has("keep-completed-init")}
+		d.s = New(d.opts)
+		return "ok\n", nil
+	case "connect":
+		d.s.Connect(res)
+		return "ok\n", nil
+	case "list":
+		devs, err := deviceList(a)
+		if err != nil {
+			return "", err
+		}
+		changed := d.s.ApplyDeviceList(res, devs)
+		sort.Strings(changed)
+		return fmt.Sprintf("changed %v\n", changed), nil
+	case "disconnect":
+		at, err := a.at("at")
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("known %v\n", d.s.Disconnect(res, at)), nil
+	case "restored":
+		at, err := a.at("at")
+		if err != nil {
+			return "", err
+		}
+		d.s.AddRestored(res, at)
+		return "ok\n", nil
+	case "running":
+		var keys []ContainerKey
+		for _, k := range a.list("keys") {
+			pod, ctr, _ := strings.Cut(k, "/")
+			keys = append(keys, ContainerKey{PodUID: pod, ContainerName: ctr})
+		}
+		d.s.SetRunning(keys)
+		return "ok\n", nil
+	case "select":
+		req, prefer, err := request(a)
+		if err != nil {
+			return "", err
+		}
+		ids, outcome, err := d.s.Select(req, prefer)
+		return selection(ids, outcome, err), nil
+	case "allocate":
+		req, prefer, err := request(a)
+		if err != nil {
+			return "", err
+		}
+		if !a.has("reuse") {
+			req.Reusable = d.s.ReusePool(req.PodUID)[res]
+		}
+		ids, outcome, err := d.s.Select(req, prefer)
+		if err == nil && ids.Len() > 0 {
+			devs, missing, ok := d.s.DevicesPerNUMA(res, ids)
+			if !ok {
+				return "", fmt.Errorf("device %s not listed", missing)
+			}
+			d.s.Commit(req.PodUID, req.Container, res, ids, devs, &pluginapi.ContainerAllocateResponse{})
+		}
+		if err == nil {
+			d.s.ReusePool(req.PodUID)
+			d.s.ContainerAllocated(req.PodUID, req.Container, a.has("init"))
+		}
+		return selection(ids, outcome, err), nil
+	case "commit":
+		ids := sets.New(a.list("ids")...)
+		devs, missing, ok := d.s.DevicesPerNUMA(res, ids)
+		if !ok {
+			return fmt.Sprintf("device %s is not listed\n", missing), nil
+		}
+		d.s.Commit(a["pod"], a["ctr"], res, ids, devs, &pluginapi.ContainerAllocateResponse{})
+		return "ok\n", nil
+	case "release":
+		d.s.Release(res, sets.New(a.list("ids")...))
+		return "ok\n", nil
+	case "gc":
+		removed := d.s.RemoveInactive(sets.New(a.list("active")...))
+		return fmt.Sprintf("removed %v\n", removed), nil
+	case "capacity":
+		at, err := a.at("at")
+		if err != nil {
+			return "", err
+		}
+		grace, err := a.grace()
+		if err != nil {
+			return "", err
+		}
+		counts, removed := d.s.Capacity(at, grace)
+		var b strings.Builder
+		for _, name := range SortedKeys(counts) {
+			fmt.Fprintf(&b, "%s: capacity %d, allocatable %d\n", name, counts[name].Capacity, counts[name].Allocatable)
+		}
+		if len(removed) > 0 {
+			fmt.Fprintf(&b, "removed %v\n", removed)
+		}
+		if b.Len() == 0 {
+			return "none\n", nil
+		}
+		return b.String(), nil
+	case "awaiting":
+		at, err := a.at("at")
+		if err != nil {
+			return "", err
+		}
+		grace, err := a.grace()
+		if err != nil {
+			return "", err
+		}
+		left, away := d.s.GraceLeft(res, at, grace)
+		out := fmt.Sprintf("awaiting %v", d.s.AwaitingPlugin(res, at, grace))
+		if away {
+			out += fmt.Sprintf(", grace left %v", left.Round(time.Second))
+		}
+		return out + "\n", nil
+	case "hints":
+		requests := map[string]int{}
+		for k, v := range a {
+			if strings.Contains(k, "/") {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return "", err
+				}
+				requests[k] = n
+			}
+		}
+		var machine []int
+		for _, n := range a.list("numa") {
+			i, err := strconv.Atoi(n)
+			if err != nil {
+				return "", err
+			}
+			machine = append(machine, i)
+		}
+		pod, ctr := a["pod"], a["ctr"]
+		hints := d.s.Hints(requests, func(r string) sets.Set[string] { return d.s.ContainerDevices(pod, ctr, r) },
+			func(r string) sets.Set[string] { return d.s.PoolOf(pod, r) }, machine)
+		var b strings.Builder
+		for _, r := range SortedKeys(hints) {
+			fmt.Fprintf(&b, "%s:", r)
+			switch {
+			case hints[r] == nil:
+				b.WriteString(" any")
+			case len(hints[r]) == 0:
+				b.WriteString(" none")
+			}
+			for _, h := range hints[r] {
+				fmt.Fprintf(&b, " %v", h.NUMANodes)
+				if h.Preferred {
+					b.WriteString("*")
+				}
+			}
+			b.WriteString("\n")
+		}
+		return b.String(), nil
+	case "snapshot":
+		return snapshot(d.s), nil
+	case "restore":
+		at, err := a.at("at")
+		if err != nil {
+			return "", err
+		}
+		var entries []checkpoint.PodDevicesEntry
+		var registered []string
+		for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 2 && f[0] == "registered":
+				registered = append(registered, f[1])
+			case len(f) == 3:
+				pod, ctr, _ := strings.Cut(f[0], "/")
+				entries = append(entries, checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: ctr, ResourceName: f[1],
+					DeviceIDs: checkpoint.DevicesPerNUMA{NoTopology: strings.Split(f[2], ",")}, AllocResp: []byte{}})
+			default:
+				return "", fmt.Errorf("restore: %q: want pod/ctr resource ids, or registered resource", line)
+			}
+		}
+		d.s = New(d.opts)
+		bad := d.s.RestoreAssignments(entries)
+		for _, r := range registered {
+			d.s.AddRestored(r, at)
+		}
+		return fmt.Sprintf("restored %d entries, %d skipped\n", len(entries)-len(bad), len(bad)), nil
+	case "roundtrip":
+		snap := d.s.Snapshot()
+		n := New(d.opts)
+		if bad := n.RestoreAssignments(snap.PodDeviceEntries); len(bad) > 0 {
+			return "", fmt.Errorf("entries did not decode: %v", bad)
+		}
+		for r := range snap.RegisteredDevices {
+			n.AddRestored(r, origin)
+		}
+		got := n.Snapshot()
+		if !reflect.DeepEqual(snap.PodDeviceEntries, got.PodDeviceEntries) || len(snap.RegisteredDevices) != len(got.RegisteredDevices) {
+			return fmt.Sprintf("differs:\n%s---\n%s", snapshot(d.s), snapshot(n)), nil
+		}
+		return fmt.Sprintf("%d entries and %d resources restored as written\n", len(got.PodDeviceEntries), len(got.RegisteredDevices)), nil
+	case "state":
+		return dump(d.s), nil
+	}
+	return "", fmt.Errorf("unknown command %q", td.Cmd)
+}
+
+// TestRepeatedIDDisagreeing: a list naming one ID twice with different health counts the
+// device once, as unhealthy, whether the sets are rebuilt or updated in place.
+func TestRepeatedIDDisagreeing(t *testing.T) {
+	healthy := func(id string) *pluginapi.Device { return &pluginapi.Device{ID: id, Health: pluginapi.Healthy} }
+	sick := func(id string) *pluginapi.Device { return &pluginapi.Device{ID: id, Health: pluginapi.Unhealthy} }
+	for _, prior := range [][]*pluginapi.Device{nil, {healthy("a"), healthy("b"), healthy("c")}} {
+		s := New(Options{})
+		s.Connect("r")
+		if prior != nil {
+			s.ApplyDeviceList("r", prior)
+		}
+		s.ApplyDeviceList("r", []*pluginapi.Device{healthy("a"), sick("a"), healthy("b")})
+		if !s.Healthy("r").Equal(sets.New("b")) || !s.Unhealthy("r").Equal(sets.New("a")) {
+			t.Errorf("prior %d devices: healthy %v unhealthy %v, want [b] [a]", len(prior), sets.List(s.Healthy("r")), sets.List(s.Unhealthy("r")))
+		}
+		counts, _ := s.Capacity(origin, time.Minute)
+		if counts["r"] != (Counts{Capacity: 2, Allocatable: 1}) {
+			t.Errorf("prior %d devices: counts %+v, want 2/1", len(prior), counts["r"])
+		}
+	}
+}
+
+func deviceList(a args) ([]*pluginapi.Device, error) {
+	unhealthy := sets.New(a.list("unhealthy")...)
+	numa := map[string][]int64{}
+	for _, p := range a.list("numa") {
+		id, node, ok := strings.Cut(p, ":")
+		n, err := strconv.ParseInt(node, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("numa %q: want id:node", p)
+		}
+		numa[id] = append(numa[id], n)
+	}
+	var devs []*pluginapi.Device
+	for _, id := range a.list("devices") {
+		d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+		if unhealthy.Has(id) {
+			d.Health = pluginapi.Unhealthy
+		}
+		if nodes := numa[id]; len(nodes) > 0 {
+			d.Topology = &pluginapi.TopologyInfo{}
+			for _, n := range nodes {
+				d.Topology.Nodes = append(d.Topology.Nodes, &pluginapi.NUMANode{ID: n})
+			}
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+func request(a args) (Request, PreferredFunc, error) {
+	n, err := strconv.Atoi(a["n"])
+	if err != nil {
+		return Request{}, nil, fmt.Errorf("n: %w", err)
+	}
+	req := Request{PodUID: a["pod"], Container: a["ctr"], Resource: a["res"], Required: n,
+		Reusable: sets.New(a.list("reuse")...), SourcesReady: a.has("ready")}
+	if a.has("hint") {
+		req.Hint.NUMANodes = []int{}
+		for _, s := range a.list("hint") {
+			i, err := strconv.Atoi(s)
+			if err != nil {
+				return Request{}, nil, err
+			}
+			req.Hint.NUMANodes = append(req.Hint.NUMANodes, i)
+		}
+	}
+	prefer := func(_, _ sets.Set[string], _ int) (sets.Set[string], error) {
+		if a.has("prefer-error") {
+			return nil, errors.New("device plugin GetPreferredAllocation rpc failed")
+		}
+		return sets.New(a.list("prefer")...), nil
+	}
+	return req, prefer, nil
+}
+
+func selection(ids sets.Set[string], outcome Outcome, err error) string {
+	switch {
+	case err != nil:
+		return "error: " + err.Error() + "\n"
+	case outcome == Cached:
+		return "cached: nothing to allocate\n"
+	case outcome == KeptRunning:
+		return "kept: running at start, no check\n"
+	}
+	return fmt.Sprintf("picked %v\n", sets.List(ids))
+}
+
+func snapshot(s *State) string {
+	snap := s.Snapshot()
+	var b strings.Builder
+	for _, e := range snap.PodDeviceEntries {
+		fmt.Fprintf(&b, "entry %s/%s %s %v\n", e.PodUID, e.ContainerName, e.ResourceName, e.DeviceIDs)
+	}
+	for _, r := range SortedKeys(snap.RegisteredDevices) {
+		fmt.Fprintf(&b, "registered %s %v\n", r, snap.RegisteredDevices[r])
+	}
+	if b.Len() == 0 {
+		return "empty\n"
+	}
+	return b.String()
+}
+
+func dump(s *State) string {
+	var b strings.Builder
+	for _, r := range s.Names() {
+		p := s.Plugin(r)
+		plugin := "none"
+		switch {
+		case p.Connected && p.Listed:
+			plugin = "connected"
+		case p.Connected:
+			plugin = "connected, no list yet"
+		case p.Known:
+			plugin = "away since " + p.StoppedAt.Sub(origin).String()
+		}
+		fmt.Fprintf(&b, "%s: plugin %s; healthy %v unhealthy %v allocated %v reserved %d\n", r, plugin,
+			sets.List(s.Healthy(r)), sets.List(s.Unhealthy(r)), sets.List(s.Allocated(r)), s.pending[r].Len())
+	}
+	s.EachAllocation(func(pod, ctr, r string, a *Allocation) {
+		fmt.Fprintf(&b, "%s/%s %s %v\n", pod, ctr, r, sets.List(a.IDs()))
+	})
+	for _, pod := range SortedKeys(s.reuse) {
+		for _, r := range SortedKeys(s.reuse[pod]) {
+			fmt.Fprintf(&b, "reuse %s %s %v\n", pod, r, sets.List(s.reuse[pod][r]))
+		}
+	}
+	if b.Len() == 0 {
+		return "empty\n"
+	}
+	return b.String()
+}
