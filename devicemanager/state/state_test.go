@@ -436,3 +436,32 @@ func dump(s *State) string {
 	}
 	return b.String()
 }
+
+// TestDropConflictingEntries: a device named by entries of two pods is given to neither; one
+// named by two containers of one pod (an init container's device reused by its app
+// container) is kept.
+func TestDropConflictingEntries(t *testing.T) {
+	entry := func(pod, ctr, res string, ids ...string) checkpoint.PodDevicesEntry {
+		return checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: ctr, ResourceName: res, DeviceIDs: checkpoint.DevicesPerNUMA{NoTopology: ids}}
+	}
+	keep, conflicts := DropConflictingEntries([]checkpoint.PodDevicesEntry{
+		entry("p1", "init", "r", "a", "b"),
+		entry("p1", "app", "r", "a"),
+		entry("p2", "app", "r", "c"),
+		entry("p3", "app", "r", "c", "d"),
+		entry("p3", "app", "other", "a"),
+	})
+	name := func(es []checkpoint.PodDevicesEntry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.PodUID+"/"+e.ContainerName+"/"+e.ResourceName)
+		}
+		return out
+	}
+	if got := strings.Join(name(keep), " "); got != "p1/init/r p1/app/r p3/app/other" {
+		t.Errorf("kept %s", got)
+	}
+	if got := strings.Join(name(conflicts), " "); got != "p2/app/r p3/app/r" {
+		t.Errorf("dropped %s", got)
+	}
+}
