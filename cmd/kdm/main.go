@@ -4,6 +4,7 @@
 //	kdm inspect    decode, verify and print a kubelet_internal_checkpoint
 //	kdm demo       a self-contained tour: manager, mock GPUs, sample pods, a restart
 //	kdm scenario   replay a restart-semantics script under kubelet-1.36 and kdm policies
+//	kdm explore    search restart semantics: seeded random runs or every run of a story
 //	kdm conformance  check a device plugin's restart behaviour, as csi-sanity does for CSI
 package main
 
@@ -24,6 +25,7 @@ commands:
   inspect    decode, verify and print a kubelet_internal_checkpoint
   demo       a self-contained tour: manager, mock GPUs, sample pods, a restart
   scenario   replay a restart-semantics script under kubelet-1.36 and kdm policies
+  explore    search restart semantics: seeded random runs or every run of a story
   conformance  check a device plugin against the kubelet's expectations (-- PLUGIN-COMMAND ...)
 
 Run 'kdm <command> -h' for the command's flags.
@@ -45,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runDemo(rest, stdout, stderr)
 	case "scenario":
 		return runScenario(rest, stdout, stderr)
+	case "explore":
+		return runExplore(rest, stdout, stderr)
 	case "conformance":
 		return runConformance(rest, stdout, stderr)
 	case "-h", "--help", "help":

@@ -1,0 +1,405 @@
+package explore
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/devicemanager/state"
+)
+
+// Event is one thing that happens to the node from outside the manager. Kinds and the
+// scenario line each prints as:
+//
+//	plugin-start NAME devices=N   plugin start NAME devices=N
+//	plugin-stop NAME              plugin stop NAME
+//	plugin-rolling-update NAME    plugin rolling-update NAME (registers twice in a row)
+//	device-unhealthy NAME ID      device unhealthy NAME ID (and device-healthy)
+//	device-add NAME, device-remove NAME ID   (no scenario line: printed as a comment)
+//	pod-admit NAME SPEC...        pod admit NAME SPEC...
+//	pod-delete NAME, pod-complete NAME
+//	kubelet-restart               kubelet restart (a crash: nothing is written on the way down)
+//	node-reboot                   node reboot
+//	advance DURATION              advance DURATION
+//	checkpoint-corrupt            checkpoint corrupt
+//	checkpoint-remove             (no scenario line: printed as a comment)
+type Event struct {
+	Kind   string
+	Name   string
+	Args   []string
+	Faults Faults
+	Dur    time.Duration
+
+	crash bool   // a restart the explorer inserted (a crash), not one of the story's
+	data  []byte // checkpoint-legacy: the file's content
+}
+
+// Step is one step of a run: an event, or the next step of pending work inside the manager
+// (an admission, a plugin's re-registration or delayed list), named by Task.
+type Step struct {
+	Event *Event
+	Task  string
+}
+
+type taskKind int
+
+const (
+	taskRegister taskKind = iota // a live plugin registers again after a manager restart
+	taskList                     // a plugin sends the list it held back (EmptyFirstList)
+)
+
+type task struct {
+	kind     taskKind
+	plugin   string
+	instance int
+}
+
+func (t task) id() string {
+	if t.kind == taskRegister {
+		return "register " + t.plugin
+	}
+	return "list " + t.plugin
+}
+
+// pending returns the IDs of the work that can take a step now, in a stable order:
+// admissions in start order, then tasks in creation order.
+func (w *world) pending() []string {
+	var out []string
+	for _, a := range w.admissions {
+		if w.runnable(a) {
+			out = append(out, "admit "+a.pod.name)
+		}
+	}
+	for _, t := range w.tasks {
+		out = append(out, t.id())
+	}
+	return out
+}
+
+// runTask takes one step of the named work; it reports false when there is no such work.
+func (w *world) runTask(id string) bool {
+	kind, name, _ := strings.Cut(id, " ")
+	switch kind {
+	case "drain":
+		w.drain()
+		return true
+	case "admit":
+		for _, a := range w.admissions {
+			if a.pod.name == name && w.runnable(a) {
+				w.step(a)
+				return true
+			}
+		}
+	case "register", "list":
+		for i, t := range w.tasks {
+			if t.id() != id {
+				continue
+			}
+			w.tasks = append(w.tasks[:i], w.tasks[i+1:]...)
+			p := w.plugins[t.plugin]
+			if p == nil || !p.alive {
+				return true
+			}
+			if t.kind == taskRegister {
+				w.connect(p)
+				w.note("%s plugin registered again", p.resource())
+			} else if p.instance == t.instance {
+				w.sendList(p)
+				w.note("%s plugin sent its device list", p.resource())
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// apply performs an event. Events that make no sense in the current world (a plugin that
+// does not exist, a pod already gone) do nothing, so that a shrunk run stays valid.
+func (w *world) apply(e *Event) {
+	switch e.Kind {
+	case "plugin-start":
+		p := w.plugins[e.Name]
+		if p == nil {
+			n := 4
+			for _, a := range e.Args {
+				if v, ok := strings.CutPrefix(a, "devices="); ok {
+					n, _ = strconv.Atoi(v)
+				}
+			}
+			p = &simPlugin{name: e.Name, faults: e.Faults}
+			for i := 0; i < n; i++ {
+				p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("%s-%d", e.Name, i), Health: pluginapi.Healthy})
+			}
+			w.plugins[e.Name] = p
+		}
+		if p.alive {
+			w.stopPlugin(p)
+		}
+		p.alive = true
+		w.connect(p)
+		w.note("%s registered with %d devices", p.resource(), len(p.devices))
+	case "plugin-stop":
+		if p := w.plugins[e.Name]; p != nil && p.alive {
+			w.stopPlugin(p)
+			w.note("%s plugin exited", p.resource())
+		}
+	case "plugin-rolling-update":
+		if p := w.plugins[e.Name]; p != nil && p.alive {
+			w.connect(p) // the new instance registers while the old one runs; the old one's stream stays open and is ignored
+			w.note("%s registered twice in a row", p.resource())
+		}
+	case "device-unhealthy", "device-healthy":
+		health := pluginapi.Unhealthy
+		if e.Kind == "device-healthy" {
+			health = pluginapi.Healthy
+		}
+		if p := w.plugins[e.Name]; p != nil && len(e.Args) == 1 {
+			for _, d := range p.devices {
+				if d.ID == e.Args[0] {
+					d.Health = health
+				}
+			}
+			if p.listed {
+				w.sendList(p)
+			}
+		}
+	case "device-add":
+		if p := w.plugins[e.Name]; p != nil {
+			p.added++
+			p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("%s-new%d", p.name, p.added), Health: pluginapi.Healthy})
+			if p.listed {
+				w.sendList(p)
+			}
+		}
+	case "device-remove":
+		if p := w.plugins[e.Name]; p != nil && len(e.Args) == 1 {
+			for i, d := range p.devices {
+				if d.ID == e.Args[0] {
+					p.devices = append(p.devices[:i], p.devices[i+1:]...)
+					break
+				}
+			}
+			if p.listed {
+				w.sendList(p)
+			}
+		}
+	case "pod-admit":
+		if _, ok := w.pods[e.Name]; ok {
+			return
+		}
+		p, err := parsePod(e.Name, e.Args)
+		if err != nil {
+			w.note("bad pod: %v", err)
+			return
+		}
+		w.pods[e.Name] = p
+		w.order = append(w.order, e.Name)
+		w.admissions = append(w.admissions, &admission{pod: p})
+	case "pod-delete", "pod-complete":
+		p := w.pods[e.Name]
+		if p == nil || !p.live() {
+			return
+		}
+		for _, a := range w.admissions {
+			if a.pod == p {
+				for _, pk := range a.picks {
+					w.st.Release(pk.resource, pk.ids)
+				}
+				w.removeAdmission(a)
+				break
+			}
+		}
+		p.running = false
+		if e.Kind == "pod-delete" {
+			p.phase = podDeleted
+		} else {
+			p.phase = podCompleted
+		}
+		w.gc()
+	case "kubelet-restart":
+		w.restart(false)
+	case "node-reboot":
+		w.restart(true)
+	case "advance":
+		w.advance(e.Dur)
+	case "checkpoint-corrupt":
+		if w.disk != nil {
+			w.disk, w.diskTampered = w.disk[:len(w.disk)/2], true
+		}
+	case "checkpoint-remove":
+		w.disk, w.diskTampered = nil, true
+	case "checkpoint-legacy":
+		w.disk, w.diskTampered = e.data, true
+	}
+}
+
+// advance lets time pass. Work the manager can do now is done first: RPCs and writes take
+// milliseconds, not minutes. Then the clock moves to each timer that fires on the way (a
+// deferred admission's timeout, the end of a grace period it waits out), and the admission
+// that waited runs at that time; the node status loop removes expired resources and writes.
+func (w *world) advance(d time.Duration) {
+	w.drain()
+	target := w.now.Add(d)
+	for {
+		next, ok := w.nextTimer()
+		if !ok || next.After(target) {
+			break
+		}
+		w.now = next
+		w.expire()
+		w.drain()
+	}
+	w.now = target
+	w.expire()
+	w.drain()
+}
+
+// drain runs every runnable step, in order, until none is left (bounded).
+func (w *world) drain() {
+	for i := 0; i < 10000; i++ {
+		pending := w.pending()
+		if len(pending) == 0 {
+			return
+		}
+		w.runTask(pending[0])
+	}
+}
+
+// nextTimer returns the earliest moment at which a waiting admission must look again.
+func (w *world) nextTimer() (time.Time, bool) {
+	var next time.Time
+	found := false
+	consider := func(t time.Time) {
+		if t.After(w.now) && (!found || t.Before(next)) {
+			next, found = t, true
+		}
+	}
+	for _, a := range w.admissions {
+		if a.wait == notWaiting {
+			continue
+		}
+		consider(a.waitUntil)
+		if left, away := w.st.GraceLeft(a.waitRes, w.now, w.grace()); away {
+			consider(w.now.Add(left))
+		}
+	}
+	return next, found
+}
+
+// expire is GetCapacity's removal of resources whose grace period is over, with its write.
+func (w *world) expire() {
+	if _, removed := w.st.Capacity(w.now, w.grace()); len(removed) > 0 {
+		w.writeCheckpoint()
+	}
+}
+
+// stopPlugin ends the plugin process: its stream closes, and its devices turn unhealthy.
+func (w *world) stopPlugin(p *simPlugin) {
+	w.disconnect(p)
+	p.alive, p.listed = false, false
+	w.removeTasks(p.name)
+}
+
+func (w *world) removeTasks(plugin string) {
+	kept := w.tasks[:0]
+	for _, t := range w.tasks {
+		if t.plugin != plugin {
+			kept = append(kept, t)
+		}
+	}
+	w.tasks = kept
+}
+
+// restart crashes the manager and starts a new one: what was not written is lost, every
+// in-flight admission with it. On a kubelet restart the containers keep running and live
+// plugins register again (in an order the scheduler chooses, interleaved with the pods'
+// re-admission); on a node reboot nothing runs and every plugin is down until started.
+func (w *world) restart(reboot bool) {
+	var running []state.ContainerKey
+	for _, name := range w.order {
+		p := w.pods[name]
+		if reboot {
+			p.running = false
+		}
+		if !p.running || !p.live() {
+			continue
+		}
+		for _, c := range p.containers {
+			if !c.regularInit {
+				running = append(running, state.ContainerKey{PodUID: p.uid, ContainerName: c.name})
+			}
+		}
+	}
+	names := sortedPlugins(w.plugins)
+	for _, name := range names {
+		p := w.plugins[name]
+		p.listed = false
+		if reboot || p.faults.ExitOnStreamClosing {
+			p.alive = false
+		}
+	}
+	w.startManager(running)
+	w.rebooted = reboot
+	w.sourcesReady = false
+	for _, name := range w.order {
+		if p := w.pods[name]; p.live() {
+			p.phase = podPending
+			w.admissions = append(w.admissions, &admission{pod: p, readmit: true})
+		}
+	}
+	for _, name := range names {
+		if p := w.plugins[name]; p.alive && !p.faults.NeverReregister {
+			w.tasks = append(w.tasks, task{kind: taskRegister, plugin: name})
+		}
+	}
+	if reboot {
+		w.note("node rebooted: the manager started from the checkpoint; no container runs; plugins are down")
+	} else {
+		w.note("the manager restarted from the checkpoint; containers keep running")
+	}
+	w.checkSourcesReady()
+}
+
+func sortedPlugins(m map[string]*simPlugin) []string { return state.SortedKeys(m) }
+
+// parsePod builds a pod from scenario arguments: "gpu=2" (an app container), or
+// "init=gpu:2", "sidecar=gpu:1", "app=gpu:1", in order.
+func parsePod(name string, args []string) (*simPod, error) {
+	p := &simPod{name: name, uid: "uid-" + name, spec: args}
+	var inits, apps []simContainer
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			return nil, fmt.Errorf("bad pod argument %q", a)
+		}
+		kind, spec := k, v
+		if k != "init" && k != "sidecar" && k != "app" {
+			kind, spec = "app", k+":"+v
+		}
+		res, count, ok := strings.Cut(spec, ":")
+		n, err := strconv.Atoi(count)
+		if !ok || err != nil || n < 0 {
+			return nil, fmt.Errorf("bad container spec %q", spec)
+		}
+		c := simContainer{requests: map[string]int{domain + res: n}}
+		switch kind {
+		case "init":
+			c.name, c.regularInit = fmt.Sprintf("init-%d", len(inits)), true
+			inits = append(inits, c)
+		case "sidecar":
+			c.name = fmt.Sprintf("sidecar-%d", len(inits))
+			inits = append(inits, c)
+		default:
+			c.name = fmt.Sprintf("app-%d", len(apps))
+			apps = append(apps, c)
+		}
+	}
+	if len(apps) == 0 {
+		return nil, fmt.Errorf("pod %s has no app container", name)
+	}
+	p.containers = append(inits, apps...)
+	return p, nil
+}

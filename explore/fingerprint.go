@@ -1,0 +1,63 @@
+package explore
+
+import (
+	"fmt"
+	"hash/fnv"
+	"io"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kdm-project/kdm/devicemanager/state"
+)
+
+// fingerprint hashes everything that decides what the world does next and what the
+// invariants see, so that an exhaustive walk can leave a state it has already explored.
+// extra is the walk's own position (the next story event, whether it crashed already).
+func (w *world) fingerprint(extra string) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s now=%d started=%d ready=%v reboot=%v current=%v disk=%x tampered=%v\n", extra,
+		w.now.UnixNano(), w.startedAt.UnixNano(), w.sourcesReady, w.rebooted, w.current, w.disk, w.diskTampered)
+	w.st.Describe(h)
+	for _, name := range state.SortedKeys(w.plugins) {
+		p := w.plugins[name]
+		fmt.Fprintf(h, "plugin %s alive=%v instance=%d listed=%v added=%d faults=%v devices=", name, p.alive, p.instance, p.listed, p.added, p.faults)
+		for _, d := range p.devices {
+			fmt.Fprintf(h, "%s:%s,", d.ID, d.Health)
+		}
+		fmt.Fprintln(h)
+	}
+	for _, name := range w.order {
+		p := w.pods[name]
+		fmt.Fprintf(h, "pod %s %v running=%v before=%v now=%v reason=%q given=%v records=%d\n", name, p.phase, p.running,
+			p.admittedGen != 0 && p.admittedGen < w.gen, p.admittedGen == w.gen, p.reason, p.given, len(p.records))
+		for _, r := range p.records {
+			fmt.Fprintf(h, " %s/%s/%s %v\n", r.PodUID, r.ContainerName, r.ResourceName, r.DeviceIDs)
+		}
+	}
+	for _, a := range w.admissions {
+		fmt.Fprintf(h, "admission %s readmit=%v %d/%d stage=%d gc=%v wait=%d %s %d stopped=%v reuse=%v picks=", a.pod.name, a.readmit,
+			a.ci, a.ri, a.stage, a.gcDone, a.wait, a.waitRes, a.waitUntil.UnixNano(), a.wasStopped, describeSets(a.reuse))
+		for _, pk := range a.picks {
+			fmt.Fprintf(h, "%s:%v:%v:%s;", pk.resource, sets.List(pk.ids), pk.devices, respFingerprint(pk.resp))
+		}
+		fmt.Fprintln(h)
+	}
+	for _, t := range w.tasks {
+		fmt.Fprintf(h, "task %s %d\n", t.id(), t.instance)
+	}
+	for _, r := range w.rejections {
+		fmt.Fprintf(h, "rejected %+v\n", r)
+	}
+	if w.late != nil {
+		io.WriteString(h, w.late.Error())
+	}
+	return h.Sum64()
+}
+
+func describeSets(m map[string]sets.Set[string]) string {
+	out := ""
+	for _, k := range state.SortedKeys(m) {
+		out += fmt.Sprintf("%s=%v;", k, sets.List(m[k]))
+	}
+	return out
+}

@@ -1,0 +1,338 @@
+package explore
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/devicemanager/state"
+)
+
+// domain is how the scenario language names resources: plugin "gpu" serves example.com/gpu.
+const domain = "example.com/"
+
+// origin is the simulated clock's start.
+var origin = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type podPhase int
+
+const (
+	podPending  podPhase = iota // in the pod source, not (yet) admitted by this manager
+	podWaiting                  // its admission waits for a device plugin (deferred)
+	podAdmitted                 // admitted; its containers run unless completed or rebooted
+	podRejected
+	podDeleted
+	podCompleted
+)
+
+func (p podPhase) String() string {
+	return [...]string{"pending", "waiting", "admitted", "rejected", "deleted", "completed"}[p]
+}
+
+// simContainer is one container of a simulated pod, with its device requests.
+type simContainer struct {
+	name        string
+	regularInit bool
+	requests    map[string]int // resource → count
+}
+
+// simPod is a pod of the simulated pod source.
+type simPod struct {
+	name, uid  string
+	spec       []string // the scenario arguments that built it
+	containers []simContainer
+	phase      podPhase
+	running    bool
+	// admittedGen is the manager generation that last admitted the pod (0: never).
+	admittedGen int
+	// given records, per container and resource, the devices and the plugin's answer the
+	// container started with.
+	given map[string]map[string]grant
+	// records is the embedder's durable copy of the pod's assignments (the agent's pod
+	// results), written once the pod is admitted.
+	records []checkpoint.PodDevicesEntry
+	reason  string
+}
+
+// grant is what a container received of one resource.
+type grant struct {
+	ids  string // sorted, comma-separated
+	resp string // fingerprint of the plugin's Allocate answer
+}
+
+// heldOf returns the devices of the resource the pod's containers started with.
+func (p *simPod) heldOf(res string) sets.Set[string] {
+	out := sets.New[string]()
+	for _, g := range p.given {
+		if gr, ok := g[res]; ok && gr.ids != "" {
+			out.Insert(strings.Split(gr.ids, ",")...)
+		}
+	}
+	return out
+}
+
+func (p *simPod) live() bool {
+	return p.phase != podDeleted && p.phase != podCompleted && p.phase != podRejected
+}
+
+// simPlugin is a simulated device plugin process.
+type simPlugin struct {
+	name     string
+	devices  []*pluginapi.Device
+	alive    bool
+	instance int // the registration the process serves; instances only grow
+	faults   Faults
+	listed   bool // the current registration sent a (non-empty-first) list
+	added    int  // devices added so far, for fresh IDs
+}
+
+// Faults are plugin misbehaviours the explorer injects.
+type Faults struct {
+	FailAllocate        bool // Allocate returns an error
+	FailPreferred       bool // GetPreferredAllocation returns an error
+	NeverReregister     bool // does not watch kubelet.sock: stays unregistered after a manager restart
+	EmptyFirstList      bool // the first ListAndWatch response of each registration is empty
+	PreferredAvailable  bool // offers GetPreferredAllocation
+	ExitOnStreamClosing bool // exits when the manager closes its stream (some vendors' plugins)
+}
+
+func (f Faults) String() string {
+	var out []string
+	for _, x := range []struct {
+		on   bool
+		name string
+	}{{f.FailAllocate, "fail-allocate"}, {f.FailPreferred, "fail-preferred"}, {f.NeverReregister, "never-reregister"},
+		{f.EmptyFirstList, "empty-first-list"}, {f.PreferredAvailable, "preferred"}, {f.ExitOnStreamClosing, "exit-on-stream-close"}} {
+		if x.on {
+			out = append(out, x.name)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func (p *simPlugin) resource() string { return domain + p.name }
+
+// list returns the plugin's current device list, as the plugin sends it.
+func (p *simPlugin) list() []*pluginapi.Device {
+	out := make([]*pluginapi.Device, len(p.devices))
+	for i, d := range p.devices {
+		out[i] = &pluginapi.Device{ID: d.ID, Health: d.Health}
+	}
+	return out
+}
+
+// world is the simulated node: the manager, its disk, the plugins, the pods and the clock.
+type world struct {
+	policy  devicemanager.Policy
+	records bool // the embedder keeps its own records (Sources.RecoveredAllocations)
+	now     time.Time
+	gen     int // manager generation: increments at each (re)start
+	st      *state.State
+	// current is, per resource, the plugin instance the manager serves; 0 for none.
+	current      map[string]int
+	startedAt    time.Time
+	sourcesReady bool
+
+	disk         []byte // the durable checkpoint file; nil when absent
+	diskTampered bool   // an event damaged the file on purpose; checked again after the next write
+	writes       int
+
+	plugins map[string]*simPlugin
+	pods    map[string]*simPod
+	order   []string // pod names in arrival order
+
+	admissions []*admission // in flight, in start order
+	tasks      []task       // pending work other than admissions (plugin re-registrations, lists)
+	// restarts records, per generation, when the manager started (for the rejection rule).
+	restarts map[int]time.Time
+	// rejections of pods admitted by an earlier generation, waiting to see whether their
+	// plugin comes back within the deferral window.
+	rejections []rejection
+	// rebooted: the current generation started after a node reboot.
+	rebooted bool
+	// late is a violation found inside a step (a re-admission that changed a running
+	// container's devices), reported by the next check.
+	late *Violation
+	// notes are the human-readable lines of what the last step did.
+	notes []string
+}
+
+type rejection struct {
+	pod, container, resource, reason string
+	regularInit                      bool
+	restart                          time.Time
+	reboot                           bool
+}
+
+func newWorld(policy devicemanager.Policy, records bool) *world {
+	if policy.DeferAdmissionTimeout == 0 {
+		policy.DeferAdmissionTimeout = devicemanager.DefaultDeferAdmissionTimeout
+	}
+	w := &world{policy: policy, records: records, now: origin, plugins: map[string]*simPlugin{},
+		pods: map[string]*simPod{}, restarts: map[int]time.Time{}}
+	w.startManager(nil)
+	w.sourcesReady = true
+	return w
+}
+
+func (w *world) note(format string, args ...any) {
+	w.notes = append(w.notes, fmt.Sprintf(format, args...))
+}
+
+// deferralWindow is how long after a restart a plugin may come back and still find the pods
+// it served admitted: the kdm policy's deferral timeout, used as the promise for both
+// policies.
+func (w *world) deferralWindow() time.Duration { return w.policy.DeferAdmissionTimeout }
+
+// startManager starts a new manager generation from the disk, as Start does: the checkpoint,
+// or when it is missing or unusable the embedder's records; running are the containers the
+// runtime reports running.
+func (w *world) startManager(running []state.ContainerKey) {
+	w.gen++
+	w.restarts[w.gen] = w.now
+	w.st = state.New(state.Options{KeepCompletedInitDevices: w.policy.KeepCompletedInitDevices,
+		KnowAssignedResources: w.policy.DeferAdmission})
+	w.current = map[string]int{}
+	w.startedAt = w.now
+	w.admissions = nil
+	w.tasks = nil
+	w.st.SetRunning(running)
+	var data *checkpoint.Data
+	usable := false
+	if w.disk != nil {
+		if d, layout, err := checkpoint.Decode(w.disk); err == nil && (layout == checkpoint.LayoutV2 || w.policy.ReadLegacyCheckpoint) {
+			data, usable = d, true
+		}
+	}
+	if usable {
+		w.st.Restore(data, w.now)
+		return
+	}
+	if !w.records {
+		return
+	}
+	var recs []checkpoint.PodDevicesEntry
+	for _, name := range w.order {
+		if p := w.pods[name]; p.live() {
+			recs = append(recs, p.records...)
+		}
+	}
+	if len(recs) == 0 {
+		return
+	}
+	keep, _ := state.DropConflictingEntries(recs)
+	w.st.RestoreAssignments(keep)
+	for _, res := range w.st.AllocatedResources() {
+		w.st.AddRestored(res, w.now)
+	}
+	w.writeCheckpoint()
+}
+
+// writeCheckpoint is a durable write of the current state (temp file, fsync, rename,
+// directory fsync): a crash leaves the old file or the new one, never a torn one.
+func (w *world) writeCheckpoint() {
+	b, err := checkpoint.Encode(w.st.Snapshot())
+	if err != nil {
+		w.note("checkpoint encoding failed: %v", err)
+		return
+	}
+	w.disk, w.diskTampered = b, false
+	w.writes++
+}
+
+// activePods are the UIDs the pod source reports active: neither terminated nor removed.
+func (w *world) activePods() sets.Set[string] {
+	out := sets.New[string]()
+	for _, p := range w.pods {
+		if p.live() {
+			out.Insert(p.uid)
+		}
+	}
+	return out
+}
+
+// gc is UpdateAllocatedDevices: once sources are ready, drop inactive pods and write.
+func (w *world) gc() {
+	if !w.sourcesReady {
+		return
+	}
+	if removed := w.st.RemoveInactive(w.activePods()); len(removed) > 0 {
+		w.writeCheckpoint()
+	}
+}
+
+// connect makes a new registration of the plugin current and delivers its first list.
+func (w *world) connect(p *simPlugin) {
+	p.instance++
+	w.current[p.resource()] = p.instance
+	w.st.Connect(p.resource())
+	p.listed = false
+	if p.faults.EmptyFirstList {
+		w.st.ApplyDeviceList(p.resource(), nil)
+		w.tasks = append(w.tasks, task{kind: taskList, plugin: p.name, instance: p.instance})
+	} else {
+		w.sendList(p)
+	}
+}
+
+// sendList delivers the plugin's current list if its registration is the current one.
+func (w *world) sendList(p *simPlugin) {
+	if !p.alive || w.current[p.resource()] != p.instance {
+		return
+	}
+	w.st.ApplyDeviceList(p.resource(), p.list())
+	p.listed = true
+}
+
+// disconnect records that the plugin's stream ended.
+func (w *world) disconnect(p *simPlugin) {
+	if w.current[p.resource()] == p.instance && p.instance != 0 {
+		w.st.Disconnect(p.resource(), w.now)
+		w.current[p.resource()] = 0
+	}
+}
+
+// busy reports whether an admission holds reservations or is between its plugin's answer
+// and its commit.
+func (w *world) busy() bool {
+	for _, a := range w.admissions {
+		if len(a.picks) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *world) podByUID(uid string) *simPod {
+	for _, p := range w.pods {
+		if p.uid == uid {
+			return p
+		}
+	}
+	return nil
+}
+
+func sortedIDs(s sets.Set[string]) string { return strings.Join(sets.List(s), ",") }
+
+// respFingerprint is what the explorer compares of an Allocate answer.
+func respFingerprint(r *pluginapi.ContainerAllocateResponse) string {
+	if r == nil {
+		return "<nil>"
+	}
+	keys := make([]string, 0, len(r.Envs))
+	for k := range r.Envs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s;", k, r.Envs[k])
+	}
+	return b.String()
+}
