@@ -32,7 +32,8 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 	// wait for their plugin. New pods and waiting pods hold up nothing. A missing directory
 	// counts as an empty one.
 	src := newManifestSource(dir.path)
-	retry := time.NewTimer(time.Hour)
+	src.now = a.clock.Now
+	retry := a.clock.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
 	sync := func() []<-chan struct{} {
@@ -53,8 +54,8 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 		}
 	}
 	sourceReady()
-	t := time.NewTicker(a.cfg.ResyncPeriod)
-	defer t.Stop()
+	resync := a.clock.NewTimer(a.cfg.ResyncPeriod)
+	defer resync.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,16 +63,16 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 		case <-w.Events:
 			// Files moved in together are admitted together, in order: wait for the
 			// burst of events to end (at most eventBurstMax) before reading.
-			quiet := time.NewTimer(eventQuiet)
-			limit := time.NewTimer(eventBurstMax)
+			quiet := a.clock.NewTimer(eventQuiet)
+			limit := a.clock.NewTimer(eventBurstMax)
 		drain:
 			for {
 				select {
 				case <-w.Events:
 					quiet.Reset(eventQuiet)
-				case <-quiet.C:
+				case <-quiet.C():
 					break drain
-				case <-limit.C:
+				case <-limit.C():
 					break drain
 				case <-ctx.Done():
 					quiet.Stop()
@@ -84,9 +85,10 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 			_ = sync()
 		case err := <-w.Errors:
 			a.log.Error(err, "Pod manifest watch error", "path", dir.path)
-		case <-retry.C:
+		case <-retry.C():
 			_ = sync()
-		case <-t.C:
+		case <-resync.C():
+			resync.Reset(a.cfg.ResyncPeriod)
 			_ = sync()
 		}
 	}
@@ -349,7 +351,7 @@ func (a *Agent) release(pod *v1.Pod) {
 func (a *Agent) record(pod *v1.Pod, r *PodResult) {
 	a.recordMu.Lock()
 	defer a.recordMu.Unlock()
-	r.Updated = time.Now().UTC()
+	r.Updated = a.clock.Now().UTC()
 	if _, ok := a.podByUID(pod.UID); !ok {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
@@ -21,14 +22,19 @@ import (
 
 // Agent is a node agent around the device manager: it admits the pods of its pod source
 // (init containers first, then app containers), records each pod's devices and run options
-// under <root-dir>/pods, releases the devices of removed pods, serves podresources on the
-// kubelet's socket, and /healthz, /metrics and /status over HTTP.
+// under <root-dir>/kdm/pods, releases the devices of removed pods, serves podresources on the
+// kubelet's socket, and /healthz, /livez, /readyz, /metrics and /status over HTTP; with a
+// Kubernetes client it also keeps the Node, its Lease and the pods' status current.
 //
 // Run owns every goroutine; when its context ends the agent stops the manager and returns.
 type Agent struct {
 	cfg     Config
 	log     klog.Logger
+	clock   clock.Clock
+	host    host // the machine the Node describes (nodeidentity.go)
 	manager *devicemanager.ManagerImpl
+	// publisher keeps the Node current while Run runs with a KubeClient; nil otherwise.
+	publisher atomic.Pointer[NodePublisher]
 
 	mu        sync.Mutex
 	pods      map[types.UID]*v1.Pod    // the pod sources' current pods
@@ -50,11 +56,11 @@ type Agent struct {
 	admissions sync.WaitGroup
 }
 
-// New validates cfg and builds the agent and its device manager.
+// New applies cfg's defaults, validates it and builds the agent and its device manager.
 func New(cfg Config) (*Agent, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid agent config: %w", err)
 	}
 	var a *Agent // the manager reports deferred admissions to the agent built below
 	m, err := devicemanager.New(devicemanager.Config{
@@ -86,7 +92,9 @@ func New(cfg Config) (*Agent, error) {
 		results:       map[types.UID]*PodResult{},
 		inflight:      map[types.UID]*admission{},
 		lastAdmission: map[string]*admission{},
-		events:        newEventLog(time.Now),
+		events:        newEventLog(cfg.Clock.Now),
+		clock:         cfg.Clock,
+		host:          realHost(cfg.Logger),
 	}
 	if cfg.KubeClient != nil {
 		a.kube = newKubePodSource(a)
@@ -109,10 +117,24 @@ func (a *Agent) Manager() *devicemanager.ManagerImpl { return a.manager }
 // previous run are reported to the manager as running, so a restart keeps their devices
 // without contacting the plugins.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := os.MkdirAll(a.cfg.PodsDir(), 0o750); err != nil {
-		return fmt.Errorf("creating pods dir: %w", err)
+	if err := os.MkdirAll(a.cfg.RootDir, 0o750); err != nil {
+		return fmt.Errorf("creating root dir: %w", err)
 	}
+	if err := os.MkdirAll(a.cfg.PodsDir(), 0o750); err != nil {
+		return fmt.Errorf("creating pod results dir: %w", err)
+	}
+	a.migrateResults()
 	cleanStaleTemps(a.cfg.PodsDir())
+	var publisher *NodePublisher
+	if a.kube != nil {
+		pcfg, err := a.nodePublisherConfig()
+		if err != nil {
+			return err
+		}
+		if publisher, err = NewNodePublisher(pcfg); err != nil {
+			return err
+		}
+	}
 	running, recovered, err := a.previouslyRunning()
 	if err != nil {
 		return err
@@ -166,15 +188,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.kube != nil {
 		sources = append(sources, podSource{"pods from the API server", a.kube.run})
-		publisher := &NodePublisher{
-			Client:               a.cfg.KubeClient,
-			NodeName:             a.cfg.NodeName,
-			Devices:              a.manager,
-			BaseCapacity:         a.cfg.NodeCapacity,
-			DropRemovedResources: a.manager.Policy().DropRemovedResources,
-			UpdateFrequency:      a.cfg.NodeStatusUpdateFrequency,
-			Logger:               a.log.WithName("node"),
-		}
+		a.publisher.Store(publisher)
 		spawn("node status", publisher.Run)
 	} else {
 		spawn("node status", a.syncNodeStatus)
@@ -273,13 +287,13 @@ func (a *Agent) activePods() []*v1.Pod {
 // syncNodeStatus calls GetCapacity every 10 seconds, as the kubelet's node status loop does,
 // so resources whose plugin is gone past the grace period are removed.
 func (a *Agent) syncNodeStatus(ctx context.Context) error {
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
 	for {
+		t := a.clock.NewTimer(10 * time.Second)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
-		case <-t.C:
+		case <-t.C():
 			if _, _, removed := a.manager.GetCapacity(); len(removed) > 0 {
 				a.log.Info("Device plugin resources removed from the node", "resourceNames", removed)
 			}

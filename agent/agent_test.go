@@ -151,7 +151,7 @@ func TestAdmissionFromManifests(t *testing.T) {
 	if opts := first.Containers[0].RunOptions; opts == nil || len(opts.Envs) != 1 || len(strings.Split(opts.Envs[0].Value, ",")) != 2 {
 		t.Fatalf("first's run options: %+v", first.Containers[0].RunOptions)
 	}
-	if _, err := os.Stat(resultPath(filepath.Join(f.root, "pods"), podOf(first))); err != nil {
+	if _, err := os.Stat(resultPath(filepath.Join(f.root, "kdm", "pods"), podOf(first))); err != nil {
 		t.Fatalf("no result file for first: %v", err)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"log"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -56,7 +57,19 @@ func Example_provider() {
 	published := make(chan struct{})
 	go func() {
 		defer close(published)
-		publisher := &agent.NodePublisher{Client: client, NodeName: "vk-gpu", Devices: m}
+		// The provider runs the containers: it publishes their host's capacity itself.
+		publisher, err := agent.NewNodePublisher(agent.NodePublisherConfig{
+			Client: client, NodeName: "vk-gpu", Devices: m,
+			Capacity: v1.ResourceList{
+				v1.ResourceCPU:    resource.MustParse("64"),
+				v1.ResourceMemory: resource.MustParse("256Gi"),
+				v1.ResourcePods:   resource.MustParse("110"),
+			},
+		})
+		if err != nil {
+			log.Print(err)
+			return
+		}
 		_ = publisher.Run(ctx)
 	}()
 	defer func() { cancel(); <-published }() // the publisher stops before the manager

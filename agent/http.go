@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // NodeStatus is what /status serves: the device resources as the kubelet would publish them
@@ -24,19 +22,13 @@ type NodeStatus struct {
 	Pods        []*PodResult     `json:"pods"`
 }
 
-// serveHTTP serves /healthz (with the "device-plugin" check), /metrics, /status and the status
+// serveHTTP serves /healthz, /livez and /readyz (healthz.go), /metrics, /status and the status
 // page (/, page.go) until ctx ends or the server fails. On ctx end it shuts down gracefully for
 // at most httpShutdownTimeout, then closes the remaining connections hard, so slow clients
 // cannot hold the agent's stop.
 func (a *Agent) serveHTTP(ctx context.Context) error {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := a.manager.HealthCheck(); err != nil {
-			http.Error(w, "[-]"+devicemanager.HealthCheckName+" failed: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
+	healthHandlers(mux, a.Checks())
 	mux.Handle("/metrics", promhttp.HandlerFor(a.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -2,9 +2,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,8 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -35,6 +38,11 @@ type kubePodSource struct {
 	log    klog.Logger
 	queue  workqueue.TypedRateLimitingInterface[string]
 	lister corelisters.PodLister
+	// recorder sends the pods' events; set by run, which owns its broadcaster.
+	recorder record.EventRecorder
+
+	mu      sync.Mutex
+	lastErr error // of the last pod sync; nil once one succeeds
 }
 
 func newKubePodSource(a *Agent) *kubePodSource {
@@ -58,6 +66,10 @@ func (s *kubePodSource) enqueue(pod *v1.Pod) {
 // admission and waited for before the source reports ready through sourceReady.
 func (s *kubePodSource) run(ctx context.Context, sourceReady func()) error {
 	defer s.queue.ShutDown()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+	s.recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: eventComponent, Host: s.node})
 	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.node).String()
@@ -132,7 +144,13 @@ func (s *kubePodSource) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer s.queue.Done(key)
-	if err := s.syncPod(ctx, key); err != nil {
+	err := s.syncPod(ctx, key)
+	if ctx.Err() == nil {
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error(err, "Failed to sync pod, will retry", "pod", key)
 			s.queue.AddRateLimited(key)
@@ -141,6 +159,19 @@ func (s *kubePodSource) processNext(ctx context.Context) bool {
 	}
 	s.queue.Forget(key)
 	return true
+}
+
+// eventComponent is the source component of kdm's events.
+const eventComponent = "kdm"
+
+// healthy returns the error of the last pod sync, nil if it succeeded.
+func (s *kubePodSource) healthy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastErr != nil {
+		return fmt.Errorf("last pod sync failed: %w", s.lastErr)
+	}
+	return nil
 }
 
 // syncPod reconciles one pod key: a pod that is gone, terminal or being deleted releases its
@@ -195,116 +226,6 @@ func (s *kubePodSource) finishDeletion(ctx context.Context, pod *v1.Pod) error {
 		s.log.V(2).Info("Pod deleted after its devices were released", "pod", klog.KObj(pod), "podUID", pod.UID)
 	}
 	return err
-}
-
-// publish writes the admission outcome to the pod's status: Running for an admitted pod, Failed
-// with the kubelet's reason and message for a rejected one.
-func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *PodResult) error {
-	var status *v1.PodStatus
-	switch {
-	case r.Phase == PhaseAdmitted && pod.Status.Phase != v1.PodRunning:
-		status = admittedStatus(pod)
-	case r.Phase == PhasePending && pod.Status.Phase == v1.PodPending && !hasWaitingCondition(pod, r):
-		status = pendingStatus(pod, r)
-	case r.Phase == PhaseRejected && pod.Status.Phase != v1.PodFailed:
-		// The kubelet's rejectPod: the QoS class is kept, everything else replaced.
-		status = &v1.PodStatus{
-			QOSClass: pod.Status.QOSClass,
-			Phase:    v1.PodFailed,
-			Reason:   r.Reason,
-			Message:  "Pod was rejected: " + r.Message,
-		}
-	default:
-		return nil
-	}
-	updated := pod.DeepCopy()
-	updated.Status = *status
-	if _, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
-	}
-	s.log.V(2).Info("Pod status updated", "pod", klog.KObj(pod), "phase", status.Phase, "reason", status.Reason)
-	if status.Phase == v1.PodFailed {
-		s.warn(ctx, pod, r.Reason, r.Message)
-	}
-	return nil
-}
-
-// warn records a Warning event on the pod, as the kubelet does when it rejects one, so that
-// `kubectl describe pod` shows why. Failing to record it is logged, not retried.
-func (s *kubePodSource) warn(ctx context.Context, pod *v1.Pod, reason, message string) {
-	now := metav1.NewTime(time.Now())
-	ev := &v1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
-		InvolvedObject: v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
-			Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
-		Reason: reason, Message: message, Type: v1.EventTypeWarning,
-		Source:         v1.EventSource{Component: "kdm", Host: s.node},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if _, err := s.client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		s.log.Error(err, "Failed to record event", "pod", klog.KObj(pod), "reason", reason)
-	}
-}
-
-// pendingStatus is the status of a pod whose admission waits for a device plugin: still
-// Pending, with a PodReadyToStartContainers condition False that gives the reason, the
-// resource and the deadline.
-func pendingStatus(pod *v1.Pod, r *PodResult) *v1.PodStatus {
-	st := pod.Status.DeepCopy()
-	now := metav1.NewTime(time.Now())
-	cond := v1.PodCondition{Type: v1.PodReadyToStartContainers, Status: v1.ConditionFalse,
-		Reason: r.Reason, Message: r.Message, LastTransitionTime: now}
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == cond.Type {
-			st.Conditions[i] = cond
-			return st
-		}
-	}
-	st.Conditions = append(st.Conditions, cond)
-	return st
-}
-
-// hasWaitingCondition reports whether the pod's status already says what r says.
-func hasWaitingCondition(pod *v1.Pod, r *PodResult) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.PodReadyToStartContainers && c.Status == v1.ConditionFalse && c.Reason == r.Reason && c.Message == r.Message {
-			return true
-		}
-	}
-	return false
-}
-
-// admittedStatus is the status of a pod whose devices are allocated. kdm runs no containers:
-// the pod is reported Running and Ready; an embedder with a runtime reports its own states.
-func admittedStatus(pod *v1.Pod) *v1.PodStatus {
-	st := pod.Status.DeepCopy()
-	now := metav1.NewTime(time.Now())
-	st.Phase = v1.PodRunning
-	st.Reason, st.Message = "", ""
-	if st.StartTime == nil {
-		st.StartTime = &now
-	}
-	for _, t := range []v1.PodConditionType{v1.PodReadyToStartContainers, v1.PodInitialized, v1.ContainersReady, v1.PodReady} {
-		setPodCondition(st, t, now)
-	}
-	return st
-}
-
-func setPodCondition(st *v1.PodStatus, t v1.PodConditionType, now metav1.Time) {
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == t {
-			if st.Conditions[i].Status != v1.ConditionTrue {
-				st.Conditions[i].Status = v1.ConditionTrue
-				st.Conditions[i].Reason, st.Conditions[i].Message = "", ""
-				st.Conditions[i].LastTransitionTime = now
-			}
-			return
-		}
-	}
-	st.Conditions = append(st.Conditions, v1.PodCondition{Type: t, Status: v1.ConditionTrue, LastTransitionTime: now})
 }
 
 // isActive reports whether a pod from the API server still needs its devices: not terminal

@@ -17,18 +17,9 @@ import (
 // with the reason, the resource and the deadline); once the plugin registers the pod runs and
 // the condition turns True.
 func TestAPIServerPendingPod(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a real kube-apiserver and etcd; run by make test")
-	}
-	c := testCluster.Get(t)
-	admin := adminClient(t, c)
-	nodeClient, err := c.Client("system:node:api-pending")
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin, nodeClient := apiServerNode(t, "api-pending")
 	ctx := context.Background()
 	const ns = "default"
-	forgetNode(t, admin, "api-pending")
 	f := newFixture(t)
 	a, _ := f.runWith(Config{KubeClient: nodeClient, NodeName: "api-pending", NodeStatusUpdateFrequency: time.Second,
 		Policy: devicemanager.KDMPolicy()})

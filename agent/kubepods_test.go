@@ -41,28 +41,56 @@ func waitPod(t *testing.T, admin kubernetes.Interface, ns, name, what string, co
 	}
 }
 
+// apiServerNode skips the test under -short; otherwise it returns an admin client of the
+// package's real API server and a client with the node's own identity, and removes the node's
+// objects when the test ends.
+func apiServerNode(t *testing.T, node string) (admin, nodeClient kubernetes.Interface) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd; run by make test")
+	}
+	c := testCluster.Get(t)
+	admin = adminClient(t, c)
+	nodeClient, err := c.Client("system:node:" + node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgetNode(t, admin, node)
+	return admin, nodeClient
+}
+
 func running(p *v1.Pod, err error) bool { return err == nil && p.Status.Phase == v1.PodRunning }
 
 // TestAPIServerPodSource runs the agent in process against the real API server: init
 // containers' devices are reused by the app container, a pod that completes releases its
 // devices, and a pod deleted and recreated under the same name is a new pod.
 func TestAPIServerPodSource(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a real kube-apiserver and etcd; run by make test")
-	}
-	c := testCluster.Get(t)
-	admin := adminClient(t, c)
-	nodeClient, err := c.Client("system:node:api-pods")
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin, nodeClient := apiServerNode(t, "api-pods")
 	ctx := context.Background()
 	const ns = "default"
-	forgetNode(t, admin, "api-pods")
 	f := newFixture(t)
 	a, _ := f.runWith(Config{KubeClient: nodeClient, NodeName: "api-pods", NodeStatusUpdateFrequency: time.Second})
 	f.plugin("g0", "g1", "g2", "g3")
-	waitNode(t, admin, "api-pods", "4 GPUs", has("example.com/gpu", 4, 4))
+	node := waitNode(t, admin, "api-pods", "4 GPUs", has("example.com/gpu", 4, 4))
+	// What `kubectl get nodes -o wide` shows: Ready, the host's cpu and memory, OS, kernel,
+	// version and an internal IP.
+	if !nodeReady(node) {
+		t.Errorf("node conditions %v: want Ready", node.Status.Conditions)
+	}
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage} {
+		if q, ok := node.Status.Allocatable[name]; !ok || q.Sign() <= 0 {
+			t.Errorf("allocatable %s = %v, want the host's", name, q.String())
+		}
+	}
+	if info := node.Status.NodeInfo; info.OSImage == "" || info.KernelVersion == "" || info.KubeletVersion != Version {
+		t.Errorf("nodeInfo %+v", info)
+	}
+	if len(node.Status.Addresses) == 0 || node.Status.Addresses[0].Type != v1.NodeInternalIP {
+		t.Errorf("addresses %v, want an InternalIP", node.Status.Addresses)
+	}
+	if node.Labels[v1.LabelArchStable] == "" || node.Labels[v1.LabelOSStable] == "" || node.Labels[v1.LabelHostname] == "" {
+		t.Errorf("labels %v", node.Labels)
+	}
 
 	// Init container 2, app container 4: the app reuses the init container's 2 and takes 2 more.
 	created, err := admin.CoreV1().Pods(ns).Create(ctx, gpuPod(ns, "init", "api-pods", 2, 4), metav1.CreateOptions{})
@@ -70,6 +98,22 @@ func TestAPIServerPodSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, admin, ns, "init", "Running", running)
+	if p, err := admin.CoreV1().Pods(ns).Get(ctx, "init", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if cs := p.Status.ContainerStatuses; len(cs) != 1 || !cs[0].Ready || cs[0].State.Running == nil {
+		t.Errorf("container statuses %+v: want main ready and running", cs)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		evs, err := admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(created.UID) + ",reason=" + ReasonDevicesAssigned})
+		if err == nil && len(evs.Items) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s event for pod init: %v, %v", ReasonDevicesAssigned, evs, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if got := a.manager.GetDevices(string(created.UID), "main")["example.com/gpu"]; len(got) != 4 {
 		t.Fatalf("app container devices %v, want all 4", got)
 	}

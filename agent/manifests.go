@@ -56,7 +56,7 @@ type manifestSource struct {
 	dir   string
 	files map[string]*manifestFile // by file name
 	owner map[types.UID]string     // which file supplied each UID in the last scan
-	now   func() time.Time         // for the settle check; time.Now outside tests
+	now   func() time.Time         // for the settle check; the agent sets its clock's
 	read  func(path string, limit int64) ([]byte, os.FileInfo, error)
 	seen  map[string]map[string]bool // problems reported per file, reset when the file changes
 	// debounce is manifestDebounce for a watching source, zero for a one-shot read.

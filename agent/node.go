@@ -5,24 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
+	"k8s.io/utils/clock"
 )
 
 // Node status timing, as the kubelet's defaults.
 const (
-	// DefaultNodeStatusUpdateFrequency is how often the Node's device resources are checked
-	// and the Lease renewed.
+	// DefaultNodeStatusUpdateFrequency is how often the Node's status is checked and the Lease
+	// renewed.
 	DefaultNodeStatusUpdateFrequency = 10 * time.Second
 	// DefaultNodeLeaseDuration is the Lease's leaseDurationSeconds.
 	DefaultNodeLeaseDuration = 40 * time.Second
@@ -30,6 +27,9 @@ const (
 	nodeStatusReportFrequency = 5 * time.Minute
 	// NodeLeaseNamespace holds one Lease per node.
 	NodeLeaseNamespace = "kube-node-lease"
+	// notReadyTaintHintAfter is how long the Node may keep the not-ready taint, while kdm
+	// reports it Ready, before kdm explains who removes it.
+	notReadyTaintHintAfter = time.Minute
 )
 
 // DeviceCapacity is what a NodePublisher needs of a device manager; *devicemanager.ManagerImpl
@@ -40,238 +40,206 @@ type DeviceCapacity interface {
 	DeviceChanges() <-chan struct{}
 }
 
-// NodePublisher keeps a Node object's device-plugin resources and its Lease in step with a
-// device manager. It owns only the extended resources the manager reports (and those a
-// recreated node zeroes) and BaseCapacity; other capacity keys, labels and conditions set by
-// others are kept.
-type NodePublisher struct {
+// NodePublisherConfig describes a NodePublisher. Client, NodeName and Devices are required;
+// every other zero value is usable as documented.
+type NodePublisherConfig struct {
 	Client   kubernetes.Interface
 	NodeName string
 	Devices  DeviceCapacity
-	// BaseCapacity is published in capacity and allocatable beside the device resources, for
-	// the resources the embedder owns (the daemon publishes pods: --max-pods, so that a
-	// scheduler may place pods; a provider that runs containers adds cpu and memory).
-	BaseCapacity v1.ResourceList
+	// Capacity is published in capacity beside the device resources, for the resources the
+	// embedder owns (cpu, memory, ephemeral-storage, pods). Zero: only device resources;
+	// others' capacity keys are kept.
+	Capacity v1.ResourceList
+	// Reserved is subtracted from Capacity to give allocatable (never below zero), as the
+	// kubelet subtracts --system-reserved and --kube-reserved. Zero: allocatable = capacity.
+	Reserved v1.ResourceList
+	// Labels are set on a Node the publisher creates and restored on an existing one at
+	// start: the labels the node owns, such as kubernetes.io/hostname. Zero: none.
+	Labels map[string]string
+	// RegisterLabels and RegisterTaints are set only on a Node the publisher creates (the
+	// kubelet's --node-labels and --register-with-taints). Zero: none.
+	RegisterLabels map[string]string
+	RegisterTaints []v1.Taint
+	// Addresses replace status.addresses when set. Zero: left as they are.
+	Addresses []v1.NodeAddress
+	// NodeInfo replaces status.nodeInfo when any field is set. Zero: left as it is.
+	NodeInfo v1.NodeSystemInfo
 	// DropRemovedResources deletes a removed resource from the Node instead of publishing it
 	// as 0 (the kubelet's way).
 	DropRemovedResources bool
-	// UpdateFrequency defaults to DefaultNodeStatusUpdateFrequency, LeaseDuration to
+	// UpdateFrequency: zero means DefaultNodeStatusUpdateFrequency. LeaseDuration: zero means
 	// DefaultNodeLeaseDuration.
 	UpdateFrequency time.Duration
 	LeaseDuration   time.Duration
-	Logger          klog.Logger
-
-	lastReport time.Time
-	published  sets.Set[string] // resources of the last successful status write
+	// Clock: zero means the real clock. Logger: zero means klog's background logger.
+	Clock  clock.Clock
+	Logger klog.Logger
 }
 
+// Validate reports every missing or bad value, in the order of the fields.
+func (c NodePublisherConfig) Validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("node publisher: a Kubernetes client is required"))
+	}
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node publisher: a node name is required"))
+	}
+	if c.Devices == nil {
+		errs = append(errs, errors.New("node publisher: a device capacity source is required"))
+	}
+	errs = append(errs, validateResources("node publisher capacity", c.Capacity, nil)...)
+	errs = append(errs, validateResources("node publisher reserved", c.Reserved, nil)...)
+	errs = append(errs, validateLabels("node publisher labels", c.Labels)...)
+	errs = append(errs, validateLabels("node publisher register labels", c.RegisterLabels)...)
+	errs = append(errs, validateTaints("node publisher register taints", c.RegisterTaints)...)
+	if c.UpdateFrequency < 0 {
+		errs = append(errs, fmt.Errorf("node publisher: update frequency must not be negative: %v", c.UpdateFrequency))
+	}
+	if c.LeaseDuration < 0 {
+		errs = append(errs, fmt.Errorf("node publisher: lease duration must not be negative: %v", c.LeaseDuration))
+	}
+	if c.LeaseDuration > 0 && c.LeaseDuration < time.Second {
+		errs = append(errs, fmt.Errorf("node publisher: lease duration must be at least 1s: %v", c.LeaseDuration))
+	}
+	return errors.Join(errs...)
+}
+
+// NodePublisher keeps a Node object's identity, capacity, device-plugin resources and Ready
+// condition, and its Lease, in step with the host and a device manager. It owns only what
+// its config names, the extended resources the manager reports (and those a recreated node
+// zeroes) and the Ready condition; other capacity keys, labels, taints and conditions set by
+// others are kept. Status is written by strategic merge patch, as the kubelet writes it.
+//
+// Run may be called once. The read methods (Healthy) are safe for concurrent use.
+type NodePublisher struct {
+	cfg   NodePublisherConfig
+	clock clock.Clock
+	log   klog.Logger
+
+	// Owned by Run's goroutine.
+	lastReport    time.Time
+	published     sets.Set[string] // resources of the last successful status write
+	leaseRenewed  time.Time
+	notReadySince time.Time // when the not-ready taint was first seen with Ready true; zero when absent
+	hinted        bool      // the not-ready taint hint was logged for notReadySince
+
+	mu      sync.Mutex
+	lastErr error // of the last API call of a sync; nil once one succeeds
+}
+
+// NewNodePublisher validates cfg and returns a publisher with its defaults applied.
+func NewNodePublisher(cfg NodePublisherConfig) (*NodePublisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.UpdateFrequency == 0 {
+		cfg.UpdateFrequency = DefaultNodeStatusUpdateFrequency
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = DefaultNodeLeaseDuration
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
+	return &NodePublisher{
+		cfg:   cfg,
+		clock: cfg.Clock,
+		log:   cfg.Logger.WithValues("node", klog.KRef("", cfg.NodeName)),
+	}, nil
+}
+
+// apiBackoff paces retries after API errors: 200ms doubling up to cap, with 10% jitter.
+func apiBackoff(limit time.Duration) wait.Backoff {
+	return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: limit}
+}
+
+// maxRegisterBackoff caps the wait between registration attempts, as the kubelet's 7 s.
+const maxRegisterBackoff = 7 * time.Second
+
 // Run registers the node (creating it if absent, zeroing stale extended resources if the
-// device manager says the node was recreated), then publishes capacity and allocatable on every
-// device change and every UpdateFrequency, and renews the Lease, until ctx ends. API errors are
-// logged and retried on the next tick; Run returns nil when ctx ends.
+// device manager says the node was recreated), then publishes the status on every device
+// change and every UpdateFrequency, and renews the Lease, until ctx ends. API errors are
+// logged and retried with exponential backoff: 200ms doubling up to maxRegisterBackoff while
+// registering and up to UpdateFrequency after, each with up to 10% jitter. Run returns nil
+// when ctx ends.
 func (p *NodePublisher) Run(ctx context.Context) error {
-	if p.Client == nil || p.NodeName == "" || p.Devices == nil {
-		return errors.New("node publisher needs Client, NodeName and Devices")
-	}
-	if p.UpdateFrequency <= 0 {
-		p.UpdateFrequency = DefaultNodeStatusUpdateFrequency
-	}
-	if p.LeaseDuration <= 0 {
-		p.LeaseDuration = DefaultNodeLeaseDuration
-	}
-	if p.Logger.GetSink() == nil {
-		p.Logger = klog.Background()
-	}
-	log := p.Logger.WithValues("node", klog.KRef("", p.NodeName))
+	bo := apiBackoff(maxRegisterBackoff)
 	for {
 		err := p.register(ctx)
+		p.setErr(err)
 		if err == nil {
 			break
 		}
-		log.Error(err, "Unable to register node with API server")
-		select {
-		case <-ctx.Done():
+		delay := bo.Step()
+		p.log.Error(err, "Unable to register node with API server, will retry", "delay", delay)
+		if !p.sleep(ctx, delay, nil) {
 			return nil
-		case <-time.After(p.UpdateFrequency / 2):
 		}
 	}
-	t := time.NewTicker(p.UpdateFrequency)
-	defer t.Stop()
-	leaseRenewed := time.Now() // register renewed it
+	bo = apiBackoff(p.cfg.UpdateFrequency)
 	for {
-		changed := p.Devices.DeviceChanges()
-		if err := p.syncStatus(ctx); err != nil && ctx.Err() == nil {
-			log.Error(err, "Error updating node status, will retry")
+		changed := p.cfg.Devices.DeviceChanges()
+		err := p.syncStatus(ctx)
+		if err != nil && ctx.Err() == nil {
+			p.log.Error(err, "Error updating node status, will retry")
 		}
 		// Renewal is due by time, not by tick, so a stream of device changes cannot starve it.
-		if time.Since(leaseRenewed) >= p.UpdateFrequency*9/10 {
-			if err := p.renewLease(ctx); err != nil && ctx.Err() == nil {
-				log.Error(err, "Failed to update lease")
-			} else {
-				leaseRenewed = time.Now()
+		if p.clock.Since(p.leaseRenewed) >= p.cfg.UpdateFrequency*9/10 {
+			if lerr := p.renewLease(ctx); lerr != nil && ctx.Err() == nil {
+				p.log.Error(lerr, "Failed to update lease")
+				err = errors.Join(err, lerr)
+			} else if lerr == nil {
+				p.leaseRenewed = p.clock.Now()
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		case <-t.C:
-		}
-	}
-}
-
-// register creates the Node if absent; an existing Node is zeroed in its extended resources
-// when the node's device state was wiped, as the kubelet does, until plugins report again.
-func (p *NodePublisher) register(ctx context.Context) error {
-	nodes := p.Client.CoreV1().Nodes()
-	_, err := nodes.Get(ctx, p.NodeName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{
-			Name: p.NodeName,
-			Labels: map[string]string{
-				v1.LabelHostname: p.NodeName,
-				v1.LabelOSStable: "linux",
-			},
-		}}
-		if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating node: %w", err)
-		}
-		p.Logger.Info("Successfully registered node", "node", klog.KRef("", p.NodeName))
-	case err != nil:
-		return fmt.Errorf("getting node: %w", err)
-	case p.Devices.ShouldResetExtendedResourceCapacity():
-		err := p.updateStatus(ctx, func(st *v1.NodeStatus) {
-			for _, list := range []v1.ResourceList{st.Capacity, st.Allocatable} {
-				for name := range list {
-					if IsExtendedResourceName(name) {
-						list[name] = *resource.NewQuantity(0, resource.DecimalSI)
-					}
-				}
-			}
-		})
+		p.setErr(err)
+		delay := p.cfg.UpdateFrequency
 		if err != nil {
-			return fmt.Errorf("zeroing extended resources of recreated node: %w", err)
+			// The API server failed: retry sooner at first, and do not let device changes
+			// turn the retries into a tight loop.
+			delay, changed = bo.Step(), nil
+		} else {
+			bo = apiBackoff(p.cfg.UpdateFrequency)
 		}
-		p.Logger.Info("Zeroed extended resources of a recreated node", "node", klog.KRef("", p.NodeName))
+		if !p.sleep(ctx, delay, changed) {
+			return nil
+		}
 	}
-	return p.renewLease(ctx)
 }
 
-// syncStatus publishes the manager's capacity and allocatable, and the Ready condition. An
-// unchanged status is written only every nodeStatusReportFrequency.
-func (p *NodePublisher) syncStatus(ctx context.Context) error {
-	capacity, allocatable, removed := p.Devices.GetCapacity()
-	if len(removed) > 0 {
-		p.Logger.Info("Device plugin resources removed from the node", "resourceNames", removed)
+// sleep waits for d on the publisher's clock, for changed (when not nil), or for ctx; it
+// returns false when ctx ended.
+func (p *NodePublisher) sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) bool {
+	t := p.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-changed:
+	case <-t.C():
 	}
-	// The manager names a removed resource once, to whichever caller asks first (an HTTP
-	// /status read may have): a resource this publisher published that the manager no longer
-	// reports is removed too.
-	gone := sets.New(removed...)
-	for name := range p.published {
-		if _, ok := capacity[v1.ResourceName(name)]; !ok {
-			gone.Insert(name)
-		}
-	}
-	removed = sets.List(gone)
-	err := p.updateStatus(ctx, func(st *v1.NodeStatus) {
-		if st.Capacity == nil {
-			st.Capacity = v1.ResourceList{}
-		}
-		if st.Allocatable == nil {
-			st.Allocatable = v1.ResourceList{}
-		}
-		for name, q := range p.BaseCapacity {
-			st.Capacity[name], st.Allocatable[name] = q, q
-		}
-		for name, q := range capacity {
-			st.Capacity[name] = q
-		}
-		for name, q := range allocatable {
-			st.Allocatable[name] = q
-		}
-		for _, r := range removed {
-			name := v1.ResourceName(r)
-			if p.DropRemovedResources {
-				delete(st.Capacity, name)
-				delete(st.Allocatable, name)
-				continue
-			}
-			st.Capacity[name] = *resource.NewQuantity(0, resource.DecimalSI)
-			st.Allocatable[name] = *resource.NewQuantity(0, resource.DecimalSI)
-		}
-		setReadyCondition(st)
-	})
-	if err != nil {
-		return err
-	}
-	p.published = sets.New[string]()
-	for name := range capacity {
-		p.published.Insert(string(name))
+	return true
+}
+
+func (p *NodePublisher) setErr(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastErr = err
+}
+
+// Healthy returns nil while the last sync with the API server succeeded (or none failed
+// yet), and that sync's error otherwise: the API server is unreachable or refuses the node.
+func (p *NodePublisher) Healthy() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastErr != nil {
+		return fmt.Errorf("last node status sync failed: %w", p.lastErr)
 	}
 	return nil
-}
-
-// updateStatus applies mutate to the Node's status and writes it if anything changed or the
-// last report is old, retrying on conflict with a fresh read.
-func (p *NodePublisher) updateStatus(ctx context.Context, mutate func(*v1.NodeStatus)) error {
-	nodes := p.Client.CoreV1().Nodes()
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := nodes.Get(ctx, p.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		updated := node.DeepCopy()
-		mutate(&updated.Status)
-		if statusEqual(node.Status, updated.Status) && time.Since(p.lastReport) < nodeStatusReportFrequency {
-			return nil
-		}
-		stampHeartbeat(&updated.Status)
-		if _, err := nodes.UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-		p.lastReport = time.Now()
-		p.Logger.V(2).Info("Updated node status", "node", klog.KObj(updated),
-			"capacity", extendedOnly(updated.Status.Capacity), "allocatable", extendedOnly(updated.Status.Allocatable))
-		return nil
-	})
-}
-
-// renewLease creates or renews the node's Lease in kube-node-lease, owned by the Node.
-func (p *NodePublisher) renewLease(ctx context.Context) error {
-	leases := p.Client.CoordinationV1().Leases(NodeLeaseNamespace)
-	now := metav1.NewMicroTime(time.Now())
-	lease, err := leases.Get(ctx, p.NodeName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		node, err := p.Client.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:      p.NodeName,
-				Namespace: NodeLeaseNamespace,
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
-				}},
-			},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(p.NodeName),
-				LeaseDurationSeconds: ptr.To(int32(p.LeaseDuration / time.Second)),
-				RenewTime:            &now,
-			},
-		}
-		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	lease.Spec.RenewTime = &now
-	lease.Spec.HolderIdentity = ptr.To(p.NodeName)
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
 }
 
 // IsExtendedResourceName reports whether name is an extended resource: a qualified name outside
@@ -283,68 +251,4 @@ func IsExtendedResourceName(name v1.ResourceName) bool {
 	}
 	domain := s[:strings.Index(s, "/")]
 	return domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
-}
-
-// setReadyCondition marks the node Ready: kdm's node is ready while it posts status.
-func setReadyCondition(st *v1.NodeStatus) {
-	for i := range st.Conditions {
-		c := &st.Conditions[i]
-		if c.Type == v1.NodeReady {
-			if c.Status != v1.ConditionTrue {
-				c.Status, c.Reason, c.Message = v1.ConditionTrue, "KDMReady", "kdm is posting ready status"
-				c.LastTransitionTime = metav1.Now()
-			}
-			return
-		}
-	}
-	now := metav1.Now()
-	st.Conditions = append(st.Conditions, v1.NodeCondition{
-		Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KDMReady",
-		Message: "kdm is posting ready status", LastTransitionTime: now, LastHeartbeatTime: now,
-	})
-}
-
-// stampHeartbeat refreshes the Ready condition's heartbeat of a status about to be written.
-func stampHeartbeat(st *v1.NodeStatus) {
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == v1.NodeReady {
-			st.Conditions[i].LastHeartbeatTime = metav1.Now()
-		}
-	}
-}
-
-// statusEqual compares what the publisher writes: resources and condition states.
-func statusEqual(a, b v1.NodeStatus) bool {
-	if !resourcesEqual(a.Capacity, b.Capacity) || !resourcesEqual(a.Allocatable, b.Allocatable) ||
-		len(a.Conditions) != len(b.Conditions) {
-		return false
-	}
-	for i := range a.Conditions {
-		if a.Conditions[i].Type != b.Conditions[i].Type || a.Conditions[i].Status != b.Conditions[i].Status {
-			return false
-		}
-	}
-	return true
-}
-
-func resourcesEqual(a, b v1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for name, q := range a {
-		if other, ok := b[name]; !ok || q.Cmp(other) != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func extendedOnly(list v1.ResourceList) map[string]int64 {
-	out := map[string]int64{}
-	for name, q := range list {
-		if IsExtendedResourceName(name) {
-			out[string(name)] = q.Value()
-		}
-	}
-	return out
 }

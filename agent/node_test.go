@@ -81,8 +81,11 @@ func runPublisher(t *testing.T, c *kubecluster.Cluster, node string, d DeviceCap
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &NodePublisher{Client: client, NodeName: node, Devices: d, DropRemovedResources: drop,
-		UpdateFrequency: 200 * time.Millisecond, Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))}
+	p, err := NewNodePublisher(NodePublisherConfig{Client: client, NodeName: node, Devices: d, DropRemovedResources: drop,
+		UpdateFrequency: 200 * time.Millisecond, Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()

@@ -129,7 +129,7 @@ func (a *Agent) PageState() PageState {
 	}
 	views := a.manager.Resources()
 	a.events.observe(views, a.gracePeriod())
-	now := time.Now()
+	now := a.clock.Now()
 	st := PageState{Node: a.cfg.NodeName, Time: now.UTC(), GracePeriodSeconds: a.gracePeriod().Seconds(),
 		Pods: []PagePod{}, Events: a.events.recent()}
 
@@ -239,17 +239,18 @@ func quantity(list v1.ResourceList, name string) int64 {
 // timeline as they happen: at every device change and, for removals (which GetCapacity makes
 // without a change signal), every second.
 func (a *Agent) watchDevices(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	for {
 		changed := a.manager.DeviceChanges()
 		a.events.observe(a.manager.Resources(), a.gracePeriod())
+		t := a.clock.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-changed:
-		case <-t.C:
+		case <-t.C():
 		}
+		t.Stop()
 	}
 }
 
@@ -307,8 +308,6 @@ func (a *Agent) streamState(ctx context.Context, w http.ResponseWriter, r *http.
 	rc := http.NewResponseController(w)
 	pageHeaders(w, "text/event-stream")
 	w.WriteHeader(http.StatusOK)
-	tick := time.NewTicker(streamTick)
-	defer tick.Stop()
 	for {
 		devices, events := a.manager.DeviceChanges(), a.events.changes()
 		data, err := json.Marshal(a.PageState())
@@ -316,6 +315,7 @@ func (a *Agent) streamState(ctx context.Context, w http.ResponseWriter, r *http.
 			a.log.Error(err, "Failed to encode the status page state")
 			return
 		}
+		// A network deadline: it follows the wall clock whatever the agent's clock is.
 		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteLimit))
 		if _, err := fmt.Fprintf(w, "event: state\ndata: %s\n\n", data); err != nil {
 			return
@@ -323,21 +323,28 @@ func (a *Agent) streamState(ctx context.Context, w http.ResponseWriter, r *http.
 		if err := rc.Flush(); err != nil {
 			return
 		}
+		tick := a.clock.NewTimer(streamTick)
 		select {
 		case <-ctx.Done():
+			tick.Stop()
 			return
 		case <-r.Context().Done():
+			tick.Stop()
 			return
 		case <-devices:
 		case <-events:
-		case <-tick.C:
+		case <-tick.C():
 		}
+		tick.Stop()
+		gap := a.clock.NewTimer(streamMinGap)
 		select { // coalesce a burst of changes
 		case <-ctx.Done():
+			gap.Stop()
 			return
 		case <-r.Context().Done():
+			gap.Stop()
 			return
-		case <-time.After(streamMinGap):
+		case <-gap.C():
 		}
 	}
 }

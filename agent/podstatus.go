@@ -30,7 +30,7 @@ const (
 // failed.
 const ReasonUnexpectedAdmissionError = "UnexpectedAdmissionError"
 
-// PodResult is what the agent writes to <root-dir>/pods/<namespace>_<name>_<uid>.json for each
+// PodResult is what the agent writes to <root-dir>/kdm/pods/<namespace>_<name>_<uid>.json for each
 // pod: the admission outcome and, per container, the device run options and device health.
 type PodResult struct {
 	Namespace string    `json:"namespace"`
@@ -168,24 +168,30 @@ func readResults(dir string) (map[types.UID]*PodResult, []error, error) {
 		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		data, _, err := hostfile.Read(path, maxResultSize, false)
+		r, err := readResult(filepath.Join(dir, e.Name()))
 		if err != nil {
-			skipped = append(skipped, fmt.Errorf("pod result %s: %w", path, err))
-			continue
-		}
-		r := &PodResult{}
-		if err := json.Unmarshal(data, r); err != nil {
-			skipped = append(skipped, fmt.Errorf("pod result %s: %w", path, err))
-			continue
-		}
-		if r.UID == "" {
-			skipped = append(skipped, fmt.Errorf("pod result %s: no pod UID", path))
+			skipped = append(skipped, err)
 			continue
 		}
 		out[r.UID] = r
 	}
 	return out, skipped, nil
+}
+
+// readResult reads and decodes one pod result file.
+func readResult(path string) (*PodResult, error) {
+	data, _, err := hostfile.Read(path, maxResultSize, false)
+	if err != nil {
+		return nil, fmt.Errorf("pod result %s: %w", path, err)
+	}
+	r := &PodResult{}
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("pod result %s: %w", path, err)
+	}
+	if r.UID == "" {
+		return nil, fmt.Errorf("pod result %s: no pod UID", path)
+	}
+	return r, nil
 }
 
 // maxResultSize bounds what ReadResults reads of one file; kdm writes a few KiB per pod.

@@ -103,7 +103,7 @@ func (a *Agent) markPending(podUID, container, resource string) {
 		return
 	}
 	timeout := a.manager.Policy().DeferAdmissionTimeout
-	deadline := time.Now().Add(timeout).UTC().Truncate(time.Second)
+	deadline := a.clock.Now().Add(timeout).UTC().Truncate(time.Second)
 	r := &PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: PhasePending,
 		Reason: ReasonWaitingForDevicePlugin,
 		Message: fmt.Sprintf("container %q waits for the device plugin of %s to register, until %s at the latest",

@@ -12,7 +12,7 @@ import (
 // never blocks on the FIFO, and keeps the good result.
 func TestUnusableResultsAreReported(t *testing.T) {
 	f := newFixture(t)
-	pods := filepath.Join(f.root, "pods")
+	pods := filepath.Join(f.root, "kdm", "pods")
 	if err := os.MkdirAll(pods, 0o750); err != nil {
 		t.Fatal(err)
 	}

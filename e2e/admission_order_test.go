@@ -179,7 +179,7 @@ func TestUnregisteredResourceWaitsAtStartup(t *testing.T) {
 // resultOf reads the named pod's pods/*.json.
 func (n *node) resultOf(name string) *agent.PodResult {
 	n.t.Helper()
-	results, err := agent.ReadResults(filepath.Join(n.rootDir, "pods"))
+	results, err := agent.ReadResults(resultsDir(n.rootDir))
 	if err != nil {
 		n.t.Fatal(err)
 	}

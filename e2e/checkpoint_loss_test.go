@@ -193,7 +193,7 @@ func (n *node) expectHolding(want map[string][]string) {
 		}
 		return true
 	})
-	results, err := agent.ReadResults(filepath.Join(n.rootDir, "pods"))
+	results, err := agent.ReadResults(resultsDir(n.rootDir))
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -271,9 +271,9 @@ func oneLine(s, cond string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-// readPodResults reads <root-dir>/pods/*.json, keyed by pod UID.
+// readPodResults reads <root-dir>/kdm/pods/*.json, keyed by pod UID.
 func readPodResults(rootDir string) (map[string]*agent.PodResult, error) {
-	byUID, err := agent.ReadResults(filepath.Join(rootDir, "pods"))
+	byUID, err := agent.ReadResults(resultsDir(rootDir))
 	if err != nil {
 		return nil, err
 	}

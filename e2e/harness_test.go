@@ -47,6 +47,7 @@ func buildAndRun(m *testing.M) int {
 		}
 	}
 	defer sharedCluster.Stop()
+	defer schedulerCluster.Stop()
 	return m.Run()
 }
 
@@ -361,3 +362,7 @@ func (n *node) killPlugins() {
 		p.kill()
 	}
 }
+
+// resultsDir is where `kdm run --root-dir rootDir` writes its per-pod results: the agent's
+// default, <root-dir>/kdm/pods.
+func resultsDir(rootDir string) string { return agent.Config{RootDir: rootDir}.PodsDir() }

@@ -188,8 +188,8 @@ func TestManifestMetadataPathTraversal(t *testing.T) {
 		if entries, _ := os.ReadDir(victimDir); len(entries) != 1 {
 			t.Fatalf("files appeared beside the victim: %v", entries)
 		}
-		// Every result is a plain file directly inside <root-dir>/pods.
-		podsDir := filepath.Join(n.rootDir, "pods")
+		// Every result is a plain file directly inside <root-dir>/kdm/pods.
+		podsDir := resultsDir(n.rootDir)
 		err := filepath.Walk(n.rootDir, func(path string, info os.FileInfo, err error) error {
 			if err != nil || info.IsDir() || !strings.HasSuffix(path, ".json") {
 				return err

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,15 +14,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
-	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // kubeClient builds a client from the kubeconfig file and resolves the node name, which
@@ -47,73 +46,59 @@ func kubeClient(kubeconfig, nodeName string) (kubernetes.Interface, string, erro
 	return client, nodeName, nil
 }
 
-func runDaemon(args []string, _, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kdm run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	rootDir := fs.String("root-dir", agent.DefaultRootDir, "directory for pod-resources/, pods/ and plugins_registry/")
-	pluginDir := fs.String("device-plugin-dir", pluginapi.DevicePluginPath, "directory of kubelet.sock, plugin sockets and the checkpoint")
-	manifests := fs.String("pod-manifest-path", "", "directory of pod manifests to admit (YAML or JSON)")
-	healthz := fs.String("healthz-bind-address", agent.DefaultHealthzBindAddress, "address for /healthz, /metrics and /status (empty disables)")
-	grace := fs.Duration("grace-period", devicemanager.DefaultGracePeriod, "how long a resource outlives its stopped plugin")
-	policy := fs.String("policy", "kubelet-1.36", "behaviour: kubelet-1.36 (identical to the kubelet) or kdm (deferred admission and the other improvements)")
-	watcher := fs.Bool("plugin-watcher", false, "also accept plugins through <root-dir>/plugins_registry")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the API server to join: pods bound to --node-name are admitted and the Node's device resources published (empty: no API server)")
-	nodeName := fs.String("node-name", "", "the Node this agent stands for (default: the hostname)")
-	maxPods := fs.Int64("max-pods", 110, "with --kubeconfig: the Node's pods capacity, so that a scheduler may place pods on it")
-	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "after SIGTERM or SIGINT, how long to wait for a clean stop before exiting with status 1 (0: wait as long as it takes); a second signal exits at once")
-	deferTimeout := fs.Duration("defer-admission-timeout", 0, "with --policy kdm: how long an admission waits for a device plugin that has not registered (yet), and how long after start a resource no plugin has registered is waited for (0: 2m)")
-	allocTimeout := fs.Duration("allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none under kubelet-1.36, 30s/10s under kdm)")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
+// runDaemon is `kdm run`: it parses the flags, applies the logging configuration, refuses to
+// start beside a live device manager, and runs the agent until a signal stops it. It returns
+// the exit code: 2 for a bad command line, 1 for a failure, 0 after a clean stop.
+func runDaemon(args []string, stdout, stderr io.Writer) int {
+	fs, opts := newRunFlags(stderr)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "kdm run: %v\nRun 'kdm run -h' for the flags.\n", err)
 		return 2
 	}
-	if *shutdownTimeout < 0 {
-		fmt.Fprintf(stderr, "kdm run: --shutdown-timeout must not be negative, got %v\n", *shutdownTimeout)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kdm run: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	pol, err := devicemanager.ParsePolicy(*policy)
+	if asked, err := opts.version.print(stdout); asked {
+		if err != nil {
+			return 1
+		}
+		return 0
+	}
+	cfg, err := opts.agentConfig(fs)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdm run: --policy: %v\n", err)
+		fmt.Fprintf(stderr, "kdm run: %v\n", err)
+		if ue := (*usageError)(nil); errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	if err := logsapi.ValidateAndApply(opts.logging, nil); err != nil {
+		fmt.Fprintf(stderr, "kdm run: logging flags: %v\n", err)
 		return 2
 	}
-	if *deferTimeout < 0 {
-		fmt.Fprintf(stderr, "kdm run: --defer-admission-timeout must not be negative: %v\n", *deferTimeout)
+	defer klog.Flush()
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "kdm run: %v\n", err)
 		return 2
 	}
-	if *deferTimeout > 0 && pol.DeferAdmission {
-		pol.DeferAdmissionTimeout = *deferTimeout
-	}
-	if *allocTimeout < 0 {
-		fmt.Fprintf(stderr, "kdm run: --allocate-timeout must not be negative: %v\n", *allocTimeout)
-		return 2
-	}
-	if *allocTimeout > 0 {
-		// Otherwise the policy's own deadlines apply: none for kubelet-1.36, 30s/10s for kdm.
-		pol.AllocateTimeout, pol.PreferredAllocationTimeout = *allocTimeout, *allocTimeout
+	if err := checkSocketsFree(servedSockets(cfg)...); err != nil {
+		fmt.Fprintf(stderr, "kdm run: refusing to start: %v\n", err)
+		return 1
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := agent.Config{
-		RootDir:            *rootDir,
-		DevicePluginDir:    *pluginDir,
-		PodManifestPath:    *manifests,
-		HealthzBindAddress: *healthz,
-		PluginWatcher:      *watcher,
-		GracePeriod:        *grace,
-		Policy:             pol,
-		Logger:             klog.Background(),
-		Registry:           reg,
-	}
-	if *kubeconfig != "" {
-		client, name, err := kubeClient(*kubeconfig, *nodeName)
+	cfg.Logger, cfg.Registry = klog.Background(), reg
+	if opts.kubeconfig != "" {
+		client, name, err := kubeClient(opts.kubeconfig, opts.nodeName)
 		if err != nil {
 			fmt.Fprintf(stderr, "kdm run: %v\n", err)
 			return 1
 		}
 		cfg.KubeClient, cfg.NodeName = client, name
-		cfg.NodeCapacity = v1.ResourceList{v1.ResourcePods: *resource.NewQuantity(*maxPods, resource.DecimalSI)}
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
@@ -123,7 +108,17 @@ func runDaemon(args []string, _, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	return runUntilSignalled(a.Run, sigs, *shutdownTimeout, stderr)
+	run := func(ctx context.Context) error { return explainRunError(a.Run(ctx), cfg.HealthzBindAddress) }
+	return runUntilSignalled(run, sigs, opts.shutdownTimeout, stderr)
+}
+
+// explainRunError adds what an operator needs to the agent's errors that usually come from a
+// kubelet on the same host: its /healthz listens on the address kdm takes by default.
+func explainRunError(err error, healthz string) error {
+	if errors.Is(err, syscall.EADDRINUSE) && healthz != "" {
+		return fmt.Errorf("%w (is a kubelet serving its healthz on %s? give kdm another --healthz-port, or 0 to serve none)", err, healthz)
+	}
+	return err
 }
 
 // defaultShutdownTimeout is --shutdown-timeout's default: long enough for the podresources

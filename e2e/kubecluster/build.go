@@ -1,7 +1,8 @@
 // Package kubecluster runs a real kube-apiserver backed by a real etcd on 127.0.0.1 for the
-// project's tests. The binaries are built from the nested module test/kubebins (k8s.io/kubernetes
-// and go.etcd.io/etcd/server/v3 from the Go module proxy) and cached by a hash of that module's
-// files, so only the first build on a machine pays the few minutes a cold build costs.
+// project's tests, optionally with the real kube-scheduler and kube-controller-manager. The
+// binaries are built from the nested module test/kubebins (k8s.io/kubernetes and
+// go.etcd.io/etcd/server/v3 from the Go module proxy) and cached by a hash of that module's
+// files, so only the first build on a machine pays the minutes a cold build costs.
 package kubecluster
 
 import (
@@ -29,10 +30,21 @@ const KubernetesVersion = "v1.36.3"
 // under kdm/kubebins).
 const CacheDirEnv = "KDM_KUBEBINS_CACHE"
 
-// Binaries are the paths of a built kube-apiserver and etcd.
+// Binaries are the paths of a built kube-apiserver, kube-scheduler, kube-controller-manager
+// and etcd.
 type Binaries struct {
-	APIServer string
-	Etcd      string
+	APIServer         string
+	Scheduler         string
+	ControllerManager string
+	Etcd              string
+}
+
+// mainPackages are the commands Build builds, as the nested module names them.
+var mainPackages = []string{
+	"k8s.io/kubernetes/cmd/kube-apiserver",
+	"k8s.io/kubernetes/cmd/kube-scheduler",
+	"k8s.io/kubernetes/cmd/kube-controller-manager",
+	"./etcd",
 }
 
 // Build returns the binaries of the module at moduleDir, building them if the cache has no
@@ -52,7 +64,12 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 		root = filepath.Join(base, "kdm", "kubebins")
 	}
 	dir := filepath.Join(root, key)
-	bins := Binaries{APIServer: filepath.Join(dir, "kube-apiserver"), Etcd: filepath.Join(dir, "etcd")}
+	bins := Binaries{
+		APIServer:         filepath.Join(dir, "kube-apiserver"),
+		Scheduler:         filepath.Join(dir, "kube-scheduler"),
+		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
+		Etcd:              filepath.Join(dir, "etcd"),
+	}
 	if bins.present() {
 		return bins, nil
 	}
@@ -87,10 +104,10 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 		"-X k8s.io/component-base/version.gitMinor=36",
 		"-X k8s.io/component-base/version.gitTreeState=clean",
 	}, " ")
-	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-ldflags", ldflags, "-o", tmp+"/",
-		"k8s.io/kubernetes/cmd/kube-apiserver", "./etcd")
+	args := append([]string{"build", "-v", "-ldflags", ldflags, "-o", tmp + "/"}, mainPackages...)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = moduleDir
-	fmt.Fprintf(log, "kubecluster: building kube-apiserver %s (k8s.io/kubernetes/cmd/kube-apiserver) and etcd (%s) with %s %s/%s into %s\n",
+	fmt.Fprintf(log, "kubecluster: building kube-apiserver, kube-scheduler and kube-controller-manager %s (k8s.io/kubernetes/cmd/...) and etcd (%s) with %s %s/%s into %s\n",
 		KubernetesVersion, filepath.Join(moduleDir, "etcd"), runtime.Version(), runtime.GOOS, runtime.GOARCH, dir)
 	fmt.Fprintf(log, "kubecluster: a cold build downloads the modules and compiles thousands of packages: minutes on an idle machine, "+
 		"much longer on a busy one; a progress line follows every %s\n", HeartbeatEvery)
@@ -99,7 +116,7 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 	err = cmd.Run()
 	packages := progress.stop()
 	if err != nil {
-		return Binaries{}, fmt.Errorf("building kube-apiserver and etcd in %s: %w", moduleDir, err)
+		return Binaries{}, fmt.Errorf("building the Kubernetes binaries and etcd in %s: %w", moduleDir, err)
 	}
 	fmt.Fprintf(log, "kubecluster: built %d packages in %s\n", packages, time.Since(progress.start).Round(time.Second))
 	if err := os.RemoveAll(dir); err != nil {
@@ -115,7 +132,7 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 }
 
 func (b Binaries) present() bool {
-	for _, p := range []string{b.APIServer, b.Etcd} {
+	for _, p := range []string{b.APIServer, b.Scheduler, b.ControllerManager, b.Etcd} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
 			return false
 		}

@@ -31,11 +31,21 @@ type Options struct {
 	// Nodes are the node names that get a kubelet identity (user system:node:<name> in group
 	// system:nodes), authorised by the Node authorizer and NodeRestriction as kubelets are.
 	Nodes []string
-	// ReadyTimeout bounds the wait for /readyz; default one minute.
+	// ReadyTimeout bounds the wait for /readyz (and, with ControlPlane, each component's
+	// /healthz); default one minute.
 	ReadyTimeout time.Duration
+	// ControlPlane also starts the real kube-scheduler and kube-controller-manager, so that
+	// pods are scheduled and Deployments rolled out as in a real cluster.
+	ControlPlane bool
+	// Controllers the controller-manager runs (its --controllers); zero: DefaultControllers.
+	Controllers []string
+	// NodeMonitorGracePeriod is the controller-manager's --node-monitor-grace-period; zero:
+	// DefaultNodeMonitorGracePeriod.
+	NodeMonitorGracePeriod time.Duration
 }
 
-// Cluster is a running etcd and kube-apiserver.
+// Cluster is a running etcd and kube-apiserver, and with Options.ControlPlane a
+// kube-scheduler and kube-controller-manager.
 type Cluster struct {
 	// URL is the apiserver's https address.
 	URL  string
@@ -44,13 +54,17 @@ type Cluster struct {
 	tok  map[string]string // user → bearer token
 	etcd *server
 	api  *server
+	// scheduler and controllerManager run with Options.ControlPlane.
+	scheduler, controllerManager *server
 }
 
 // AdminUser is the identity in system:masters that tests use to create pods.
 const AdminUser = "admin"
 
-// Start starts etcd and kube-apiserver and waits until the apiserver is ready. On error
-// everything started is stopped again. Stop the cluster with Stop.
+// Start starts etcd and kube-apiserver and waits until the apiserver is ready; with
+// Options.ControlPlane it then starts kube-scheduler and kube-controller-manager and waits
+// until they are healthy. On error everything started is stopped again. Stop the cluster with
+// Stop.
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = time.Minute
@@ -71,13 +85,20 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	for _, n := range opts.Nodes {
 		identities = append(identities, [3]string{"system:node:" + n, "system:node:" + n, "system:nodes"})
 	}
+	if opts.ControlPlane {
+		identities = append(identities, controlPlaneIdentities()...)
+	}
 	for i, id := range identities {
 		t, err := randomToken()
 		if err != nil {
 			return nil, err
 		}
 		c.tok[id[0]] = t
-		fmt.Fprintf(&tokens, "%s,%s,uid-%d,\"%s\"\n", t, id[1], i, id[2])
+		if id[2] == "" {
+			fmt.Fprintf(&tokens, "%s,%s,uid-%d\n", t, id[1], i)
+		} else {
+			fmt.Fprintf(&tokens, "%s,%s,uid-%d,\"%s\"\n", t, id[1], i, id[2])
+		}
 	}
 	tokenFile := filepath.Join(opts.Dir, "tokens.csv")
 	if err := os.WriteFile(tokenFile, []byte(tokens.String()), 0o600); err != nil {
@@ -125,22 +146,28 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.waitReady(ctx, opts.ReadyTimeout); err != nil {
 		return nil, err
 	}
+	if opts.ControlPlane {
+		if err := c.startControlPlane(ctx, opts); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
-// Stop terminates the apiserver, then etcd: SIGTERM, then SIGKILL after five seconds.
+// Stop terminates the controller-manager, the scheduler, the apiserver, then etcd: SIGTERM,
+// then SIGKILL after five seconds.
 func (c *Cluster) Stop() {
-	for _, s := range []*server{c.api, c.etcd} {
+	for _, s := range []*server{c.controllerManager, c.scheduler, c.api, c.etcd} {
 		if s != nil {
 			s.stop()
 		}
 	}
 }
 
-// Logs returns the tail of both servers' logs, for a failing test to print.
+// Logs returns the tail of every server's log, for a failing test to print.
 func (c *Cluster) Logs(n int) string {
 	var b strings.Builder
-	for _, s := range []*server{c.etcd, c.api} {
+	for _, s := range []*server{c.etcd, c.api, c.scheduler, c.controllerManager} {
 		if s == nil {
 			continue
 		}
@@ -153,7 +180,8 @@ func (c *Cluster) Logs(n int) string {
 	return b.String()
 }
 
-// Config returns a client configuration for the user (AdminUser or system:node:<name>).
+// Config returns a client configuration for the user (AdminUser, system:node:<name>, or with
+// Options.ControlPlane SchedulerUser and ControllerManagerUser).
 func (c *Cluster) Config(user string) (*rest.Config, error) {
 	tok, ok := c.tok[user]
 	if !ok {

@@ -2,11 +2,13 @@ package kubecluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,4 +68,65 @@ func TestClusterIdentities(t *testing.T) {
 	if fi, err := os.Stat(kubeconfig); err != nil || fi.Size() == 0 {
 		t.Fatalf("kubeconfig not written: %v", err)
 	}
+}
+
+// TestControlPlane starts the cluster with the scheduler and the controller-manager and checks
+// that both act under their identities: a Deployment gets its ReplicaSet and pod from the
+// controller-manager, and the scheduler marks the pod unschedulable, there being no node.
+func TestControlPlane(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver, kube-scheduler, kube-controller-manager and etcd; run by make test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	bins, err := Build(ctx, filepath.Join("..", "..", "test", "kubebins"), os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(ctx, Options{Binaries: bins, Dir: t.TempDir(), ControlPlane: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(c.Logs(4000))
+		}
+		c.Stop()
+	})
+	admin, err := c.Client(AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "web"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: metav1.NamespaceDefault},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: v1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "example.com/web"}}},
+			},
+		},
+	}
+	if _, err := admin.AppsV1().Deployments(d.Namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	last := "no pod yet"
+	for time.Now().Before(deadline) {
+		pods, err := admin.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == v1.PodScheduled && cond.Reason == v1.PodReasonUnschedulable {
+					return
+				}
+				last = fmt.Sprintf("pod %s condition %s=%s %s", p.Name, cond.Type, cond.Status, cond.Reason)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no pod of the Deployment was marked unschedulable within a minute; last: %s", last)
 }

@@ -16,6 +16,8 @@ type Shared struct {
 	ModuleDir string
 	// Nodes are the node identities the cluster knows (Options.Nodes).
 	Nodes []string
+	// ControlPlane also runs kube-scheduler and kube-controller-manager (Options.ControlPlane).
+	ControlPlane bool
 
 	once    sync.Once
 	cluster *Cluster
@@ -41,9 +43,13 @@ func (s *Shared) Get(t testing.TB) *Cluster {
 			return
 		}
 		start := time.Now()
-		s.cluster, s.err = Start(ctx, Options{Binaries: bins, Dir: s.dir, Nodes: s.Nodes})
+		s.cluster, s.err = Start(ctx, Options{Binaries: bins, Dir: s.dir, Nodes: s.Nodes, ControlPlane: s.ControlPlane})
 		if s.err == nil {
-			fmt.Fprintf(os.Stderr, "kubecluster: kube-apiserver %s and etcd ready in %s\n",
+			what := "kube-apiserver %s and etcd"
+			if s.ControlPlane {
+				what = "kube-apiserver, kube-scheduler, kube-controller-manager %s and etcd"
+			}
+			fmt.Fprintf(os.Stderr, "kubecluster: "+what+" ready in %s\n",
 				KubernetesVersion, time.Since(start).Round(time.Millisecond))
 		}
 	})

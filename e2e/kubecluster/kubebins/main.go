@@ -1,4 +1,5 @@
-// Command kubebins builds the test cluster's kube-apiserver and etcd from test/kubebins, or
+// Command kubebins builds the test cluster's kube-apiserver, kube-scheduler,
+// kube-controller-manager and etcd from test/kubebins, or
 // finds them in the cache, and prints their paths. `make kubebins` runs it before the tests so
 // that a cold build is paid once, up front, rather than inside a test's timeout.
 package main
@@ -22,5 +23,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "kubebins: %v\n", err)
 		os.Exit(1)
 	}
-	fmt.Printf("kube-apiserver %s\netcd %s\n(%s)\n", bins.APIServer, bins.Etcd, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("kube-apiserver %s\nkube-scheduler %s\nkube-controller-manager %s\netcd %s\n(%s)\n",
+		bins.APIServer, bins.Scheduler, bins.ControllerManager, bins.Etcd, time.Since(start).Round(time.Millisecond))
 }
