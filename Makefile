@@ -10,7 +10,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench demo clean crashloop
+.PHONY: all build check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop
 
 all: build
 
@@ -36,8 +36,9 @@ short:
 ## device-plugin stub against kdm (a nested module: test/kubeletstub).
 test: lint kubebins unit kubelet-stub
 
-## kubebins: build the test cluster's kube-apiserver and etcd (nested module test/kubebins),
-## cached by a hash of that module's files; minutes cold, instant when cached.
+## kubebins: build the test cluster's kube-apiserver, kube-scheduler, kube-controller-manager and
+## etcd (nested module test/kubebins), cached by a hash of that module's files; minutes cold,
+## instant when cached.
 kubebins:
 	$(GO) run ./e2e/kubecluster/kubebins
 
@@ -70,6 +71,13 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## bench-compare: the kubelet v1.36 device manager and kdm through the same benchmarks, in
+## interleaved rounds (nested module test/upstreambench); prints the table and writes it into
+## docs/benchmarks.md. BENCH_ROUNDS rounds (default 5) of BENCHTIME per benchmark: 3 to 5
+## minutes on 2 cores.
+bench-compare:
+	cd test/upstreambench && $(GO) run ./cmd/benchcompare -rounds $${BENCH_ROUNDS:-5} -benchtime $(BENCHTIME) -out ../../docs/benchmarks.md
 
 ## crashloop: the crash-loop e2e check, 100 seeded rounds per policy (KDM_CRASHLOOP_SEED replays a run).
 crashloop:

@@ -1,0 +1,120 @@
+package upstreambench
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// BenchmarkFloor measures, in the same run as the managers, what no device manager can go
+// below: one empty unary gRPC round trip over a unix socket (every Allocate makes one) and
+// one small durable file replacement (write, fsync, rename, directory fsync; every
+// checkpoint write is one). "rpc+write" is one of each. "write,no-dir-fsync" leaves out the
+// directory fsync, as the kubelet's checkpoint manager does.
+func BenchmarkFloor(b *testing.B) {
+	b.Run("rpc", func(b *testing.B) {
+		c := emptyRPC(b)
+		for b.Loop() {
+			c()
+		}
+	})
+	b.Run("write", func(b *testing.B) {
+		w := smallWrite(b, true)
+		for b.Loop() {
+			w()
+		}
+	})
+	b.Run("write,no-dir-fsync", func(b *testing.B) {
+		w := smallWrite(b, false)
+		for b.Loop() {
+			w()
+		}
+	})
+	b.Run("rpc+write", func(b *testing.B) {
+		c, w := emptyRPC(b), smallWrite(b, true)
+		for b.Loop() {
+			c()
+			w()
+		}
+	})
+}
+
+// optionsServer answers GetDevicePluginOptions with empty options and nothing else.
+type optionsServer struct {
+	pluginapi.UnimplementedDevicePluginServer
+}
+
+func (optionsServer) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+// emptyRPC serves optionsServer on a unix socket and returns a function making one call.
+func emptyRPC(b *testing.B) func() {
+	b.Helper()
+	sock := filepath.Join(shortDir(b), "floor.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, optionsServer{})
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(); srv.Stop(); <-served })
+	client := pluginapi.NewDevicePluginClient(conn)
+	call := func() {
+		if _, err := client.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	call() // connect outside the timed loop
+	return call
+}
+
+// smallWrite returns a function replacing a 64-byte file: write a temporary file, fsync it,
+// rename it over the file and, with dirSync, fsync the directory.
+func smallWrite(b *testing.B, dirSync bool) func() {
+	b.Helper()
+	dir := shortDir(b)
+	d, err := os.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	data := make([]byte, 64)
+	path, tmp := filepath.Join(dir, "floor"), filepath.Join(dir, ".floor.tmp")
+	return func() {
+		f, err := os.Create(tmp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			b.Fatal(err)
+		}
+		if !dirSync {
+			return
+		}
+		if err := d.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

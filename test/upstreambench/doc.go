@@ -1,0 +1,15 @@
+// Package upstreambench runs the kubelet's own device manager (k8s.io/kubernetes v1.36,
+// pkg/kubelet/cm/devicemanager) and kdm through the same benchmarks: the same operations
+// under the same names, on the same data, against the same plugin (the kubelet's own
+// device-plugin stub, serving identical Allocate responses over real unix sockets).
+//
+// Every benchmark has a /kubelet and a /kdm sub-benchmark (and, where a kdm policy changes
+// the work, one sub-benchmark per policy), so that one run of the test binary alternates
+// between the two implementations; cmd/benchcompare runs the binary in rounds and prints
+// the table. The package holds no product code: it exists to be measured.
+//
+// The kubelet's exported constructor, devicemanager.NewManagerImpl, always serves
+// /var/lib/kubelet/device-plugins/kubelet.sock. The package reaches the unexported
+// constructor underneath it, which takes the socket path, through go:linkname (see
+// kubelet_constructor.go): the kubelet's code runs unchanged, in a temporary directory.
+package upstreambench
