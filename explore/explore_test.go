@@ -138,12 +138,29 @@ func TestPruningKeepsFindings(t *testing.T) {
 	}
 }
 
-// TestDeterministic: a seed is a run.
+// TestDeterministic: a seed is a run, and a story's walk is the same walk every time (an
+// Allocate answer with two environment variables used to marshal in either order, which
+// made the same state look new).
 func TestDeterministic(t *testing.T) {
 	a, _, _ := randomRun(policyOf(t, "kdm"), true, 42, 200)
 	b, _, _ := randomRun(policyOf(t, "kdm"), true, 42, 200)
 	if Script(a, "", nil) != Script(b, "", nil) {
 		t.Fatal("seed 42 gave two different runs")
+	}
+	story := "../testdata/scenarios/corrupt-checkpoint.txt"
+	first, err := Exhaustive(Config{Policy: "kdm"}, story, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		again, err := Exhaustive(Config{Policy: "kdm"}, story, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Runs != first.Runs || again.States != first.States || again.Steps != first.Steps {
+			t.Fatalf("walk %d: %d runs, %d states, %d steps; first walk %d, %d, %d", i+2,
+				again.Runs, again.States, again.Steps, first.Runs, first.States, first.Steps)
+		}
 	}
 }
 

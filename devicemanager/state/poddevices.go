@@ -31,11 +31,12 @@ func (a *Allocation) IDs() sets.Set[string] {
 }
 
 // newAllocation keeps raw as the wire form when given (restored from a checkpoint), and
-// marshals resp otherwise.
+// marshals resp otherwise, deterministically (map fields in key order), so that one answer
+// is always written as the same bytes.
 func newAllocation(devs checkpoint.DevicesPerNUMA, resp *pluginapi.ContainerAllocateResponse, raw []byte) *Allocation {
 	a := &Allocation{Devices: devs, Resp: resp, raw: raw}
 	if a.raw == nil && resp != nil {
-		if b, err := proto.Marshal(resp); err == nil {
+		if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(resp); err == nil {
 			a.raw = b
 			if a.raw == nil {
 				a.raw = []byte{}
