@@ -10,7 +10,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop
+.PHONY: all build check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore
 
 all: build
 
@@ -78,6 +78,18 @@ bench:
 ## minutes on 2 cores.
 bench-compare:
 	cd test/upstreambench && $(GO) run ./cmd/benchcompare -rounds $${BENCH_ROUNDS:-5} -benchtime $(BENCHTIME) -out ../../docs/benchmarks.md
+
+## explore: 100,000 random runs of the simulated node under --policy kdm, and every run of every
+## story in testdata/scenarios under both policies (docs/explore.md). About two minutes.
+EXPLORE_SEEDS ?= 100000
+explore:
+	$(GO) build -o $(BIN)/kdm ./cmd/kdm
+	$(BIN)/kdm explore --policy kdm --seeds $(EXPLORE_SEEDS)
+	@for s in testdata/scenarios/*.txt; do \
+	  for p in kubelet-1.36 kdm; do \
+	    out=$$($(BIN)/kdm explore --policy $$p --story $$s --exhaustive 2>&1 >/dev/null | tail -1); echo "$$s $$out"; \
+	  done; \
+	done
 
 ## crashloop: the crash-loop e2e check, 100 seeded rounds per policy (KDM_CRASHLOOP_SEED replays a run).
 crashloop:
