@@ -32,7 +32,7 @@ type Agent struct {
 	log     klog.Logger
 	clock   clock.Clock
 	host    host // the machine the Node describes (nodeidentity.go)
-	manager *devicemanager.ManagerImpl
+	manager *devicemanager.Manager
 	// publisher keeps the Node current while Run runs with a KubeClient; nil otherwise.
 	publisher atomic.Pointer[NodePublisher]
 
@@ -110,7 +110,7 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Manager returns the agent's device manager.
-func (a *Agent) Manager() *devicemanager.ManagerImpl { return a.manager }
+func (a *Agent) Manager() *devicemanager.Manager { return a.manager }
 
 // Run starts the manager, the podresources server, the HTTP server and the pod source, and
 // blocks until ctx ends; then it stops everything and returns. Containers of pods admitted by a

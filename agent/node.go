@@ -32,7 +32,7 @@ const (
 	notReadyTaintHintAfter = time.Minute
 )
 
-// DeviceCapacity is what a NodePublisher needs of a device manager; *devicemanager.ManagerImpl
+// DeviceCapacity is what a NodePublisher needs of a device manager; *devicemanager.Manager
 // implements it.
 type DeviceCapacity interface {
 	GetCapacity() (capacity, allocatable v1.ResourceList, removed []string)

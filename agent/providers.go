@@ -33,7 +33,7 @@ func (p podsProvider) GetPodByName(namespace, name string) (*v1.Pod, bool) {
 }
 
 // devicesProvider serves the device manager's assignments to podresources.
-type devicesProvider struct{ m *devicemanager.ManagerImpl }
+type devicesProvider struct{ m *devicemanager.Manager }
 
 func (d devicesProvider) UpdateAllocatedDevices() { d.m.UpdateAllocatedDevices() }
 

@@ -3,7 +3,7 @@
 // it on a private device-plugin directory, and checks the behaviour the kubelet relies on,
 // restarts above all (see Checks, and docs/conformance.md for the list and the JSON report).
 //
-// The manager side is a recording probe (registrar) rather than devicemanager.ManagerImpl:
+// The manager side is a recording probe (registrar) rather than devicemanager.Manager:
 // it serves Registration on kubelet.sock with the kubelet's validation and error strings and
 // drives the plugin through the same endpoint package the manager uses (a synchronous dial
 // and GetDevicePluginOptions inside Register, one ListAndWatch stream per registration, a

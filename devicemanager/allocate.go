@@ -25,7 +25,7 @@ import (
 // Allocation is transactional: devices are reserved while the plugin is asked, and a failure
 // at any step releases every reservation of the call and records nothing. A device reserved
 // by an allocation in flight is never handed to another container, whatever runs concurrently.
-func (m *ManagerImpl) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
+func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
 	podUID := string(pod.UID)
 	m.mu.Lock()
 	reuse := m.st.ReusePool(podUID)
@@ -41,10 +41,6 @@ func (m *ManagerImpl) Allocate(ctx context.Context, pod *v1.Pod, container *v1.C
 	return nil
 }
 
-// AllocatePod exists for interface parity with the kubelet v1.36 (pod-level resource
-// managers); like the kubelet's, it does nothing.
-func (m *ManagerImpl) AllocatePod(*v1.Pod) error { return nil }
-
 // pick is what one resource of a container will receive.
 type pick struct {
 	resource string
@@ -55,7 +51,7 @@ type pick struct {
 
 // allocateContainer runs the per-container algorithm: select devices per resource, call the
 // plugin's Allocate, and commit everything, with the checkpoint write, or nothing.
-func (m *ManagerImpl) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, reuse map[string]sets.Set[string]) error {
+func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, reuse map[string]sets.Set[string]) error {
 	podUID := string(pod.UID)
 	var picks []*pick
 	release := func() {
@@ -126,7 +122,7 @@ func (m *ManagerImpl) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.
 
 // callAllocate asks the resource's plugin to allocate p.ids and fills in the response and the
 // per-NUMA record. No lock is held during the RPC.
-func (m *ManagerImpl) callAllocate(ctx context.Context, p *pick) error {
+func (m *Manager) callAllocate(ctx context.Context, p *pick) error {
 	m.mu.Lock()
 	info, ok := m.endpoints[p.resource]
 	if !ok {
@@ -157,7 +153,7 @@ func (m *ManagerImpl) callAllocate(ctx context.Context, p *pick) error {
 // When it removed a pod it writes the checkpoint before returning: the kubelet leaves that to
 // the next write, so a crash in between brings the removed pod's devices back, and a pod
 // re-created under the same UID (a static pod) would be judged against them.
-func (m *ManagerImpl) UpdateAllocatedDevices() {
+func (m *Manager) UpdateAllocatedDevices() {
 	if m.collectInactivePods() {
 		if err := m.writeCheckpoint(); err != nil {
 			m.log.Error(err, "Writing checkpoint encountered")
@@ -167,7 +163,7 @@ func (m *ManagerImpl) UpdateAllocatedDevices() {
 
 // collectInactivePods drops the assignments of pods that are no longer active and reports
 // whether it dropped any.
-func (m *ManagerImpl) collectInactivePods() bool {
+func (m *Manager) collectInactivePods() bool {
 	m.mu.Lock()
 	src := m.sources
 	m.mu.Unlock()

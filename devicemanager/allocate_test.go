@@ -69,7 +69,7 @@ func envAllocator(name string) func(*deviceplugin.Config) {
 type allocFixture struct {
 	t       *testing.T
 	dir     string
-	m       *ManagerImpl
+	m       *Manager
 	pods    *podList
 	plugins []*deviceplugin.Plugin
 }

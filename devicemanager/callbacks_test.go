@@ -10,7 +10,7 @@ import (
 )
 
 // reentrantAffinity answers GetAffinity after calling back into the manager.
-type reentrantAffinity struct{ m **ManagerImpl }
+type reentrantAffinity struct{ m **Manager }
 
 func (a reentrantAffinity) GetAffinity(podUID, container string) TopologyHint {
 	(*a.m).GetCapacity()
@@ -23,7 +23,7 @@ func (a reentrantAffinity) GetAffinity(podUID, container string) TopologyHint {
 // an admission.
 func TestCallbacksMayCallBack(t *testing.T) {
 	dir := shortDir(t)
-	var m *ManagerImpl
+	var m *Manager
 	pods := newPodList()
 	src := Sources{
 		ActivePods: func() []*v1.Pod {

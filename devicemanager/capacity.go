@@ -13,7 +13,7 @@ import (
 // longer than the grace period. Removal deletes the resource's endpoint and device sets and
 // writes the checkpoint. A resource with an endpoint but no device list yet is not reported.
 // Embedders publish removed resources with capacity 0, as the kubelet does.
-func (m *ManagerImpl) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
+func (m *Manager) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()
 	counts, removed := m.st.Capacity(m.cfg.Clock.Now(), m.cfg.GracePeriod)
@@ -38,7 +38,7 @@ func (m *ManagerImpl) GetCapacity() (capacity, allocatable v1.ResourceList, remo
 // ShouldResetExtendedResourceCapacity reports whether the plugin directory holds no entry at
 // all (ignoring dot-files): the node's state was wiped, so a re-registering node should zero
 // its extended resources. A read error gives false.
-func (m *ManagerImpl) ShouldResetExtendedResourceCapacity() bool {
+func (m *Manager) ShouldResetExtendedResourceCapacity() bool {
 	entries, err := os.ReadDir(m.cfg.PluginDir)
 	if err != nil {
 		return false
@@ -55,7 +55,7 @@ func (m *ManagerImpl) ShouldResetExtendedResourceCapacity() bool {
 // their health, or its endpoint (registration, stop). Call it again after the channel closes
 // to wait for the change after that. Node status publishers use it to refresh capacity as soon
 // as it moves rather than on their next tick.
-func (m *ManagerImpl) DeviceChanges() <-chan struct{} {
+func (m *Manager) DeviceChanges() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.deviceChange

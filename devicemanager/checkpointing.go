@@ -15,18 +15,18 @@ import (
 )
 
 // snapshotLocked builds the checkpoint data from the current state. Callers hold mu.
-func (m *ManagerImpl) snapshotLocked() *checkpoint.Data { return m.st.Snapshot() }
+func (m *Manager) snapshotLocked() *checkpoint.Data { return m.st.Snapshot() }
 
 // writeCheckpoint writes the current state durably. Writers are serialised and each takes its
 // snapshot after acquiring the write lock, so the file never goes back to an older state.
-func (m *ManagerImpl) writeCheckpoint() error {
+func (m *Manager) writeCheckpoint() error {
 	m.writeMu.Lock()
 	defer m.writeMu.Unlock()
 	return m.writeCheckpointLocked()
 }
 
 // writeCheckpointLocked is writeCheckpoint for callers that hold writeMu.
-func (m *ManagerImpl) writeCheckpointLocked() error {
+func (m *Manager) writeCheckpointLocked() error {
 	m.mu.Lock()
 	data := m.snapshotLocked()
 	m.mu.Unlock()
@@ -39,29 +39,26 @@ func (m *ManagerImpl) writeCheckpointLocked() error {
 	return nil
 }
 
-// FlushCheckpoint writes the current state durably now, whatever writes are pending.
-func (m *ManagerImpl) FlushCheckpoint() error { return m.writeCheckpoint() }
-
 // persistDeviceLists records a device-list change on disk: at once, as the kubelet does, or,
 // with Policy.CoalesceDeviceListWrites, by the background writer, which folds a burst of
 // updates into one write. Errors are logged: a device list is not worth failing a stream.
 // WaitForCheckpointWrites returns once every checkpoint write whose change is already visible
 // (in GetCapacity, say) has reached the disk. With Policy.CoalesceDeviceListWrites, device-list
 // writes still queued are not waited for.
-func (m *ManagerImpl) WaitForCheckpointWrites() {
+func (m *Manager) WaitForCheckpointWrites() {
 	m.writeMu.Lock()
 	//lint:ignore SA2001 waiting for the writer to let go is the point
 	m.writeMu.Unlock()
 }
 
 // persistDeviceListsLocked writes a device-list change at once, for callers that hold writeMu.
-func (m *ManagerImpl) persistDeviceListsLocked() {
+func (m *Manager) persistDeviceListsLocked() {
 	if err := m.writeCheckpointLocked(); err != nil {
 		m.log.Error(err, "Writing checkpoint encountered")
 	}
 }
 
-func (m *ManagerImpl) persistDeviceLists() {
+func (m *Manager) persistDeviceLists() {
 	if !m.cfg.Policy.CoalesceDeviceListWrites {
 		if err := m.writeCheckpoint(); err != nil {
 			m.log.Error(err, "Writing checkpoint encountered")
@@ -80,7 +77,7 @@ const coalesceWindow = 10 * time.Millisecond
 
 // runCheckpointWriter serves persistDeviceLists' requests until ctx ends, then performs the
 // last queued write, so Stop leaves the latest device lists on disk.
-func (m *ManagerImpl) runCheckpointWriter(ctx context.Context) {
+func (m *Manager) runCheckpointWriter(ctx context.Context) {
 	write := func() {
 		if err := m.writeCheckpoint(); err != nil {
 			m.log.Error(err, "Writing checkpoint encountered")
@@ -118,7 +115,7 @@ func (m *ManagerImpl) runCheckpointWriter(ctx context.Context) {
 // checkpoint, so no running container's devices go to another. A file that exists but cannot
 // be read (permissions, I/O, not a regular file) is an error: the caller refuses to start
 // rather than replace it.
-func (m *ManagerImpl) restoreCheckpoint() error {
+func (m *Manager) restoreCheckpoint() error {
 	data, layout, err := m.store.Read()
 	switch {
 	case err == nil && layout == checkpoint.LayoutV1 && !m.cfg.Policy.ReadLegacyCheckpoint:
@@ -178,7 +175,7 @@ func unwrapFileError(err error) error {
 
 // addPlaceholderLocked makes res a known resource with no devices and a stopped endpoint,
 // until its plugin registers. Callers hold mu.
-func (m *ManagerImpl) addPlaceholderLocked(res string) {
+func (m *Manager) addPlaceholderLocked(res string) {
 	if _, ok := m.endpoints[res]; ok {
 		return
 	}
@@ -192,7 +189,7 @@ func (m *ManagerImpl) addPlaceholderLocked(res string) {
 // checkpoint. A device claimed by two records is given to neither: both are logged and
 // dropped, since no record can be trusted over the other. Each restored resource is known
 // until its plugin registers, as if it came from the checkpoint.
-func (m *ManagerImpl) recoverAllocations(why string) error {
+func (m *Manager) recoverAllocations(why string) error {
 	if len(m.sources.RecoveredAllocations) == 0 {
 		return nil
 	}
@@ -225,7 +222,7 @@ func (m *ManagerImpl) recoverAllocations(why string) error {
 // checkRecoveredLocked compares the devices of recovered assignments with the first device
 // list the resource's plugin sends, and logs those it does not list. They stay assigned: the
 // plugin may list them later, and a running container holds them either way. Callers hold mu.
-func (m *ManagerImpl) checkRecoveredLocked(res string, listed map[string]*pluginapi.Device) {
+func (m *Manager) checkRecoveredLocked(res string, listed map[string]*pluginapi.Device) {
 	ids, ok := m.recovered[res]
 	if !ok {
 		return

@@ -25,7 +25,7 @@ const DefaultDeferAdmissionTimeout = 2 * time.Minute
 // KubeletSocketName is the name of the registration socket inside the plugin directory.
 const KubeletSocketName = "kubelet.sock"
 
-// Config describes a ManagerImpl. Every field's zero value means the default documented on it,
+// Config describes a Manager. Every field's zero value means the default documented on it,
 // and the zero Config behaves like the kubelet v1.36 device manager on
 // /var/lib/kubelet/device-plugins. Values that are set are used as given: New rejects invalid
 // ones with Validate's error instead of correcting them.
@@ -117,7 +117,7 @@ type Policy struct {
 	// DropRemovedResources tells node-status publishers to remove a resource whose plugin has
 	// been gone past the grace period from the node's capacity, instead of publishing it at 0
 	// for ever as the kubelet does (kubernetes #99571, #53395). The manager itself behaves the
-	// same either way; publishers read it with ManagerImpl.Policy.
+	// same either way; publishers read it with Manager.Policy.
 	DropRemovedResources bool
 
 	// ReadLegacyCheckpoint restores a pre-1.20 (V1) checkpoint, with every device on NUMA node

@@ -14,7 +14,7 @@ import (
 // restartedWithCheckpoint runs a manager that allocated a device to pod "old", stops it, and
 // starts a second manager on the same directory with cfg. The plugin is stopped, so the
 // second manager knows the resource only from the checkpoint.
-func restartedWithCheckpoint(t *testing.T, cfg Config, pods *podList) (*ManagerImpl, string) {
+func restartedWithCheckpoint(t *testing.T, cfg Config, pods *podList) (*Manager, string) {
 	t.Helper()
 	dir := shortDir(t)
 	a := testManager(t, dir, Config{Clock: cfg.Clock}, Sources{ActivePods: pods.active})

@@ -16,12 +16,12 @@ type Update struct {
 }
 
 // Updates returns the channel on which health changes of allocated devices are announced.
-func (m *ManagerImpl) Updates() <-chan Update { return m.updates }
+func (m *Manager) Updates() <-chan Update { return m.updates }
 
 // updateDevices replaces the resource's device sets with the plugin's latest list and writes
 // the checkpoint. Lists from an instance that is no longer the resource's current one are
 // ignored, so a replaced plugin cannot overwrite its successor's devices.
-func (m *ManagerImpl) updateDevices(resource string, from *endpoint.Endpoint, devs []*pluginapi.Device) {
+func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs []*pluginapi.Device) {
 	sync := !m.cfg.Policy.CoalesceDeviceListWrites
 	if sync {
 		// The change and its write form one step for WaitForCheckpointWrites.
@@ -53,7 +53,7 @@ func (m *ManagerImpl) updateDevices(resource string, from *endpoint.Endpoint, de
 
 // notify sends one Update without blocking; it is dropped, with an error log, when the
 // channel is full.
-func (m *ManagerImpl) notify(resource string, uids []string) {
+func (m *Manager) notify(resource string, uids []string) {
 	if len(uids) == 0 {
 		return
 	}

@@ -5,6 +5,30 @@
 // PreStartContainer), persists assignments in kubelet_internal_checkpoint, and reports
 // capacity and allocatable with the stopped-endpoint grace period.
 //
+// # Using a Manager
+//
+// New validates a Config and builds a Manager; ParsePolicy, KubeletPolicy and KDMPolicy give
+// its Policy. The methods, by the caller that needs them:
+//
+//   - Lifecycle (the embedder's main loop): Start with the embedder's Sources (its pods, the
+//     containers running at start, its own record of the assignments), Stop, HealthCheck (the
+//     kubelet's "device-plugin" healthz check), SocketPath, CheckpointPath, Policy.
+//   - Admission (the pod admit handler and topology manager): GetTopologyHints and
+//     GetPodTopologyHints, then Allocate for each container, init containers first;
+//     GetDeviceRunContainerOptions when a container starts; UpdateAllocatedDevices to release
+//     pods that are gone; GetContainerAllocations to keep the embedder's own copy of the
+//     assignments; WaitForCheckpointWrites before reporting a change as durable.
+//   - Node status: GetCapacity (capacity, allocatable and removed resources), DeviceChanges to
+//     publish as soon as they move, ShouldResetExtendedResourceCapacity when registering the
+//     Node, SanitizeNodeAllocatable for pods that already hold devices, Updates and
+//     UpdateAllocatedResourcesStatus for device health in pod status.
+//   - podresources: GetDevices and GetAllocatableDevices.
+//   - Status pages and debugging: Resources, a consistent snapshot of every resource.
+//
+// The device and assignment state itself, and every decision made on it, is the pure core in
+// package devicemanager/state; the Manager feeds it from the plugins and the embedder and acts
+// on its answers.
+//
 // # Behaviour
 //
 // With the zero Policy the manager replays the kubelet v1.36 device manager, check for check

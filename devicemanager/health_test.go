@@ -11,14 +11,14 @@ import (
 
 // startedNoPlugins returns a started manager whose gpu resource is seeded with a placeholder
 // endpoint, so updateDevices can be driven directly.
-func startedWithSeed(t *testing.T, devs ...*pluginapi.Device) *ManagerImpl {
+func startedWithSeed(t *testing.T, devs ...*pluginapi.Device) *Manager {
 	t.Helper()
 	m := testManager(t, shortDir(t), Config{}, Sources{})
 	seed(m, gpu, devs...)
 	return m
 }
 
-func (m *ManagerImpl) currentEndpointFor(res string) *endpointInfo {
+func (m *Manager) currentEndpointFor(res string) *endpointInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	info := m.endpoints[res]

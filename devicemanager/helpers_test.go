@@ -35,7 +35,7 @@ func shortDir(t testing.TB) string {
 
 // testManager builds and starts a manager on dir with cfg's other fields, stopping it at
 // cleanup.
-func testManager(t testing.TB, dir string, cfg Config, src Sources) *ManagerImpl {
+func testManager(t testing.TB, dir string, cfg Config, src Sources) *Manager {
 	t.Helper()
 	cfg.PluginDir = dir
 	if cfg.Logger.GetSink() == nil {
@@ -83,7 +83,7 @@ func testPlugin(t testing.TB, dir, resource, socket string, opts *pluginapi.Devi
 
 // waitFor blocks until cond holds, re-checking whenever the manager's devices or endpoints
 // change, and fails the test after waitTimeout.
-func waitFor(t testing.TB, m *ManagerImpl, what string, cond func() bool) {
+func waitFor(t testing.TB, m *Manager, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.NewTimer(waitTimeout)
 	defer deadline.Stop()
@@ -104,7 +104,7 @@ func waitFor(t testing.TB, m *ManagerImpl, what string, cond func() bool) {
 
 // capacityIs reports whether GetCapacity gives exactly the counts for the resource
 // (-1: absent).
-func capacityIs(m *ManagerImpl, res string, capacity, allocatable int64) bool {
+func capacityIs(m *Manager, res string, capacity, allocatable int64) bool {
 	c, a, _ := m.GetCapacity()
 	return quantity(c, res) == capacity && quantity(a, res) == allocatable
 }

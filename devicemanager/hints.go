@@ -8,7 +8,7 @@ import (
 // GetTopologyHints returns, per device-plugin resource the container asks for, the NUMA node
 // sets its request can be met from. A nil list means "no preference" (the resource has no
 // topology); an empty list means the request cannot be met.
-func (m *ManagerImpl) GetTopologyHints(pod *v1.Pod, container *v1.Container) map[string][]TopologyHint {
+func (m *Manager) GetTopologyHints(pod *v1.Pod, container *v1.Container) map[string][]TopologyHint {
 	m.UpdateAllocatedDevices()
 	podUID := string(pod.UID)
 	m.mu.Lock()
@@ -25,7 +25,7 @@ func (m *ManagerImpl) GetTopologyHints(pod *v1.Pod, container *v1.Container) map
 // GetPodTopologyHints is GetTopologyHints for the whole pod: the request per resource is the
 // larger of the init-container peak and the sum of app containers and sidecars, and already
 // allocated devices are the union over the pod's containers.
-func (m *ManagerImpl) GetPodTopologyHints(pod *v1.Pod) map[string][]TopologyHint {
+func (m *Manager) GetPodTopologyHints(pod *v1.Pod) map[string][]TopologyHint {
 	m.UpdateAllocatedDevices()
 	podUID := string(pod.UID)
 	m.mu.Lock()

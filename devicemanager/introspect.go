@@ -83,7 +83,7 @@ type ResourceView struct {
 // still hold. It is sorted by name, changes nothing (unlike GetCapacity it removes no expired
 // resource) and makes no RPC; it is safe for concurrent use and meant for status pages and
 // debugging, so its cost (a copy of the device state) is paid per call.
-func (m *ManagerImpl) Resources() []ResourceView {
+func (m *Manager) Resources() []ResourceView {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	names := sets.New(m.st.Names()...)
@@ -100,7 +100,7 @@ func (m *ManagerImpl) Resources() []ResourceView {
 }
 
 // endpointViewLocked describes the resource's endpoint. Callers hold mu.
-func (m *ManagerImpl) endpointViewLocked(res string) EndpointView {
+func (m *Manager) endpointViewLocked(res string) EndpointView {
 	info, ok := m.endpoints[res]
 	if !ok || info.ep == nil {
 		return EndpointView{State: EndpointNone}
@@ -124,7 +124,7 @@ type deviceHolder struct {
 }
 
 // holdersLocked indexes the assignments: resource → device ID → holders. Callers hold mu.
-func (m *ManagerImpl) holdersLocked() map[string]map[string][]deviceHolder {
+func (m *Manager) holdersLocked() map[string]map[string][]deviceHolder {
 	out := map[string]map[string][]deviceHolder{}
 	m.st.EachAllocation(func(podUID, container, res string, a *state.Allocation) {
 		for node, ids := range a.Devices {
@@ -159,7 +159,7 @@ func lessKey(a, b ContainerKey) bool {
 
 // deviceViewsLocked lists the resource's devices: every device its plugin listed and every
 // device a container holds. Callers hold mu.
-func (m *ManagerImpl) deviceViewsLocked(res string, held map[string][]deviceHolder) []DeviceView {
+func (m *Manager) deviceViewsLocked(res string, held map[string][]deviceHolder) []DeviceView {
 	ids := sets.New[string]()
 	all := m.st.Devices(res)
 	for id := range all {

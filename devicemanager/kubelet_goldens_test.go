@@ -205,7 +205,7 @@ func replayGolden(t *testing.T, name string, sc *goldenScenario) {
 			t.Errorf("%s: capacity %d allocatable %d, kubelet %d/%d", res, quantity(c, res), quantity(a, res), want.Capacity, want.Allocatable)
 		}
 	}
-	if err := f.m.FlushCheckpoint(); err != nil {
+	if err := f.m.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(f.m.CheckpointPath())

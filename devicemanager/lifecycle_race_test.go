@@ -15,7 +15,7 @@ import (
 
 // watcherManager builds and starts a manager with the plugins_registry watcher, after hooks
 // sets its test hooks (they must be in place before any goroutine reads them).
-func watcherManager(t *testing.T, dir string, hooks func(*ManagerImpl)) *ManagerImpl {
+func watcherManager(t *testing.T, dir string, hooks func(*Manager)) *Manager {
 	t.Helper()
 	m, err := New(Config{PluginDir: dir, PluginWatcherDir: filepath.Join(dir, "plugins_registry"),
 		Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))), Registerer: prometheus.NewRegistry()})
@@ -43,7 +43,7 @@ func viaWatcher(dir string) func(*deviceplugin.Config) {
 func TestStopDuringWatcherRegistration(t *testing.T) {
 	dir := shortDir(t)
 	dialed, proceed := make(chan struct{}), make(chan struct{})
-	m := watcherManager(t, dir, func(m *ManagerImpl) {
+	m := watcherManager(t, dir, func(m *Manager) {
 		m.testHookAfterDial = func() {
 			close(dialed)
 			<-proceed
@@ -80,7 +80,7 @@ func TestWatcherTracksItsOwnInstance(t *testing.T) {
 	dir := shortDir(t)
 	secondCh := make(chan *deviceplugin.Plugin, 1)
 	once := make(chan struct{})
-	m := watcherManager(t, dir, func(m *ManagerImpl) {
+	m := watcherManager(t, dir, func(m *Manager) {
 		m.testHookAfterWatcherConnect = func() {
 			select {
 			case <-once:

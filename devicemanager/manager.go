@@ -51,13 +51,14 @@ type endpointInfo struct {
 	opts *pluginapi.DevicePluginOptions
 }
 
-// ManagerImpl is the device manager: it owns the registration socket, one endpoint per
+// Manager is the device manager: it owns the registration socket, one endpoint per
 // registered resource, the device sets, the per-container assignments and the checkpoint.
+// The package documentation groups its methods by the caller that needs them.
 //
 // All exported methods are safe for concurrent use. One mutex (mu) guards every piece of
 // device and assignment state; no RPC is made while it is held. Checkpoint writes are
 // serialised by writeMu and always write a snapshot taken after the change that triggered them.
-type ManagerImpl struct {
+type Manager struct {
 	cfg        Config
 	log        klog.Logger
 	socketPath string
@@ -102,8 +103,13 @@ type ManagerImpl struct {
 	testHookAfterWatcherConnect func()
 }
 
+// ManagerImpl is the kubelet's name for the device manager type.
+//
+// Deprecated: use Manager.
+type ManagerImpl = Manager
+
 // New builds a manager from cfg. It touches nothing on disk until Start.
-func New(cfg Config) (*ManagerImpl, error) {
+func New(cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -112,7 +118,7 @@ func New(cfg Config) (*ManagerImpl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registering device manager metrics: %w", err)
 	}
-	return &ManagerImpl{
+	return &Manager{
 		cfg:        cfg,
 		log:        cfg.Logger.WithName("devicemanager"),
 		socketPath: filepath.Join(cfg.PluginDir, KubeletSocketName),
@@ -127,13 +133,13 @@ func New(cfg Config) (*ManagerImpl, error) {
 }
 
 // Policy returns the manager's policy (defaults applied).
-func (m *ManagerImpl) Policy() Policy { return m.cfg.Policy }
+func (m *Manager) Policy() Policy { return m.cfg.Policy }
 
 // SocketPath is the registration socket, <PluginDir>/kubelet.sock.
-func (m *ManagerImpl) SocketPath() string { return m.socketPath }
+func (m *Manager) SocketPath() string { return m.socketPath }
 
 // CheckpointPath is the checkpoint file, <PluginDir>/kubelet_internal_checkpoint.
-func (m *ManagerImpl) CheckpointPath() string {
+func (m *Manager) CheckpointPath() string {
 	return filepath.Join(m.cfg.PluginDir, checkpoint.FileName)
 }
 
@@ -148,7 +154,7 @@ func (m *ManagerImpl) CheckpointPath() string {
 // Config.ContinueOnUnreadableCheckpoint. Start also fails if the directory, the cleanup or the
 // listener fails. It may be called once;
 // ctx bounds the manager's background work together with Stop.
-func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
+func (m *Manager) Start(ctx context.Context, src Sources) error {
 	m.life.Lock()
 	defer m.life.Unlock()
 	if m.started {
@@ -224,7 +230,7 @@ func (m *ManagerImpl) Start(ctx context.Context, src Sources) error {
 // kubelet.sock or the plugins_registry watcher, whose goroutine Stop joins) takes that lock
 // to learn that the manager stopped, and gives up. A second concurrent Stop waits for the
 // first to finish.
-func (m *ManagerImpl) Stop() error {
+func (m *Manager) Stop() error {
 	m.life.Lock()
 	finish := m.beginStopLocked()
 	m.life.Unlock()
@@ -234,7 +240,7 @@ func (m *ManagerImpl) Stop() error {
 
 // beginStopLocked marks the manager stopped and cancels its context. The returned function
 // does the rest and must be called without life held. Callers hold life.
-func (m *ManagerImpl) beginStopLocked() func() {
+func (m *Manager) beginStopLocked() func() {
 	if !m.started {
 		return func() {}
 	}
@@ -252,7 +258,7 @@ func (m *ManagerImpl) beginStopLocked() func() {
 
 // finishStop disconnects the plugins, stops the registration server and joins every
 // goroutine.
-func (m *ManagerImpl) finishStop() {
+func (m *Manager) finishStop() {
 	m.mu.Lock()
 	var eps []*endpoint.Endpoint
 	for _, info := range m.endpoints {
@@ -278,7 +284,7 @@ func (m *ManagerImpl) finishStop() {
 
 // HealthCheck reports an error when the registration server has failed, so that no plugin
 // can register. It is the kubelet's "device-plugin" healthz check.
-func (m *ManagerImpl) HealthCheck() error {
+func (m *Manager) HealthCheck() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.serveErr != nil {
@@ -292,7 +298,7 @@ const HealthCheckName = "device-plugin"
 
 // signalDeviceChangeLocked wakes everyone waiting for a device or endpoint change. Callers
 // hold mu.
-func (m *ManagerImpl) signalDeviceChangeLocked() {
+func (m *Manager) signalDeviceChangeLocked() {
 	close(m.deviceChange)
 	m.deviceChange = make(chan struct{})
 }

@@ -27,7 +27,7 @@ import (
 const registerWithin = 2 * time.Second
 
 // waitWithin is waitFor with its own deadline d; it returns how long cond took.
-func waitWithin(t *testing.T, m *ManagerImpl, d time.Duration, what string, cond func() bool) time.Duration {
+func waitWithin(t *testing.T, m *Manager, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := time.NewTimer(d)
@@ -126,7 +126,7 @@ type capacityWatch struct {
 	done   chan struct{}
 }
 
-func watchAllocatable(m *ManagerImpl, res string) *capacityWatch {
+func watchAllocatable(m *Manager, res string) *capacityWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &capacityWatch{stop: cancel, done: make(chan struct{})}
 	go func() {

@@ -27,7 +27,7 @@ const watcherRPCTimeout = 10 * time.Second
 // it is a device plugin, connected as if it had called Register; the plugin is told the result.
 // When the socket disappears, the resource is disconnected, but only if the instance that
 // registered through that socket is still the current one.
-func (m *ManagerImpl) startPluginWatcher(ctx context.Context) error {
+func (m *Manager) startPluginWatcher(ctx context.Context) error {
 	dir := m.cfg.PluginWatcherDir
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("creating plugin watcher directory: %w", err)
@@ -78,7 +78,7 @@ func (m *ManagerImpl) startPluginWatcher(ctx context.Context) error {
 	return nil
 }
 
-func (m *ManagerImpl) watcherAdd(ctx context.Context, path string, registered map[string]*endpoint.Endpoint) {
+func (m *Manager) watcherAdd(ctx context.Context, path string, registered map[string]*endpoint.Endpoint) {
 	if strings.HasPrefix(filepath.Base(path), ".") {
 		return
 	}
@@ -123,7 +123,7 @@ func (m *ManagerImpl) watcherAdd(ctx context.Context, path string, registered ma
 
 // registerWatchedPlugin validates a plugins_registry device plugin and connects to it. The
 // endpoint is used as given (symlinks resolved), or the registry socket itself when empty.
-func (m *ManagerImpl) registerWatchedPlugin(ctx context.Context, path string, info *registerapi.PluginInfo) (*endpoint.Endpoint, error) {
+func (m *Manager) registerWatchedPlugin(ctx context.Context, path string, info *registerapi.PluginInfo) (*endpoint.Endpoint, error) {
 	if !slices.Contains(info.SupportedVersions, pluginapi.Version) {
 		return nil, fmt.Errorf("manager version, %s, is not among plugin supported versions %v", pluginapi.Version, info.SupportedVersions)
 	}
@@ -146,7 +146,7 @@ func (m *ManagerImpl) registerWatchedPlugin(ctx context.Context, path string, in
 	return m.connect(ctx, info.Name, resolved)
 }
 
-func (m *ManagerImpl) watcherRemove(path string, registered map[string]*endpoint.Endpoint) {
+func (m *Manager) watcherRemove(path string, registered map[string]*endpoint.Endpoint) {
 	ep, ok := registered[path]
 	if !ok {
 		return

@@ -18,7 +18,7 @@ type DeviceNUMA map[string]map[string][]int64
 // allocation time (ascending; empty for a device without topology). Resources with no
 // devices are left out. Unlike the kubelet, a device recorded under real nodes and under -1
 // keeps its real nodes whatever the map order.
-func (m *ManagerImpl) GetDevices(podUID, containerName string) DeviceNUMA {
+func (m *Manager) GetDevices(podUID, containerName string) DeviceNUMA {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := DeviceNUMA{}
@@ -47,7 +47,7 @@ func (m *ManagerImpl) GetDevices(podUID, containerName string) DeviceNUMA {
 
 // GetAllocatableDevices returns every healthy device per resource, allocated ones included,
 // with its NUMA nodes. A registered resource with no healthy device maps to an empty set.
-func (m *ManagerImpl) GetAllocatableDevices() DeviceNUMA {
+func (m *Manager) GetAllocatableDevices() DeviceNUMA {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := DeviceNUMA{}
@@ -71,7 +71,7 @@ func (m *ManagerImpl) GetAllocatableDevices() DeviceNUMA {
 // allocatable to at least the number of devices allocated on the node, so that such a pod
 // passes resource-fit checks while capacity is 0 after a restart. It returns a copy; pods
 // without devices get allocatable back unchanged.
-func (m *ManagerImpl) SanitizeNodeAllocatable(podUID string, allocatable v1.ResourceList) v1.ResourceList {
+func (m *Manager) SanitizeNodeAllocatable(podUID string, allocatable v1.ResourceList) v1.ResourceList {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.st.HasPod(podUID) {
@@ -94,7 +94,7 @@ func (m *ManagerImpl) SanitizeNodeAllocatable(podUID string, allocatable v1.Reso
 // UpdateAllocatedResourcesStatus fills each app container's AllocatedResourcesStatus with the
 // health of the devices it holds, from the plugins' latest lists (KEP-4680). Unknown devices
 // count as Healthy. The entry for a resource replaces one of the same name.
-func (m *ManagerImpl) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.PodStatus) {
+func (m *Manager) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.PodStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	podUID := string(pod.UID)
@@ -128,7 +128,7 @@ func (m *ManagerImpl) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.Pod
 // GetContainerAllocations returns the container's checkpoint entries, one per resource it
 // holds devices of, sorted by resource: the same entries the checkpoint stores for it. Callers
 // may keep them as a second copy and give them back through Sources.RecoveredAllocations.
-func (m *ManagerImpl) GetContainerAllocations(podUID, containerName string) []checkpoint.PodDevicesEntry {
+func (m *Manager) GetContainerAllocations(podUID, containerName string) []checkpoint.PodDevicesEntry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.st.ContainerEntries(podUID, containerName)

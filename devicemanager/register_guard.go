@@ -93,7 +93,7 @@ func (l *registerLimiter) release(resource string) {
 
 // socketOwnerLocked returns the resource, other than resource, whose current endpoint is live
 // (connected and not stopped) on socket, or "" if there is none. Callers hold mu.
-func (m *ManagerImpl) socketOwnerLocked(resource, socket string) string {
+func (m *Manager) socketOwnerLocked(resource, socket string) string {
 	for res, info := range m.endpoints {
 		if res == resource || info.ep == nil || info.ep.SocketPath() != socket {
 			continue

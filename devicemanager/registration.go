@@ -24,7 +24,7 @@ var supportedVersions = []string{pluginapi.Version}
 // The zero value of both fields is ready to use.
 type registrationServer struct {
 	pluginapi.UnimplementedRegistrationServer
-	m *ManagerImpl
+	m *Manager
 
 	limiter registerLimiter
 	logs    logLimiter
@@ -127,7 +127,7 @@ func registerStatus(err error) error {
 // dial and again, atomically with the swap, under mu: of two resources racing for one socket,
 // exactly one wins. It returns the instance it made current, so that a caller that tracks it
 // (the plugins_registry watcher) never mistakes a later instance for its own.
-func (m *ManagerImpl) connect(ctx context.Context, resource, path string) (*endpoint.Endpoint, error) {
+func (m *Manager) connect(ctx context.Context, resource, path string) (*endpoint.Endpoint, error) {
 	if !m.isRunning() {
 		return nil, fmt.Errorf("device manager is not running")
 	}
@@ -186,7 +186,7 @@ const maxReplacedInstances = 2
 // keepReplacedLocked records old, the instance being replaced, among the resource's replaced
 // instances if it is still running, and returns the oldest one beyond maxReplacedInstances,
 // which the caller stops outside mu (nil if none). Callers hold mu.
-func (m *ManagerImpl) keepReplacedLocked(resource string, old *endpoint.Endpoint) (evicted *endpoint.Endpoint) {
+func (m *Manager) keepReplacedLocked(resource string, old *endpoint.Endpoint) (evicted *endpoint.Endpoint) {
 	if old == nil || old.IsStopped() {
 		return nil // a checkpoint placeholder or a disconnected instance: nothing to keep
 	}
@@ -203,7 +203,7 @@ func (m *ManagerImpl) keepReplacedLocked(resource string, old *endpoint.Endpoint
 
 // forgetReplacedLocked drops ep from the resource's replaced instances once its stream has
 // ended, and tells waiters (Resources reports the count). Callers hold mu.
-func (m *ManagerImpl) forgetReplacedLocked(resource string, ep *endpoint.Endpoint) {
+func (m *Manager) forgetReplacedLocked(resource string, ep *endpoint.Endpoint) {
 	defer m.signalDeviceChangeLocked()
 	kept := slices.DeleteFunc(m.replaced[resource], func(e *endpoint.Endpoint) bool { return e == ep })
 	if len(kept) == 0 {
@@ -214,7 +214,7 @@ func (m *ManagerImpl) forgetReplacedLocked(resource string, ep *endpoint.Endpoin
 }
 
 // isRunning reports whether Start has succeeded and Stop has not been called.
-func (m *ManagerImpl) isRunning() bool {
+func (m *Manager) isRunning() bool {
 	m.life.Lock()
 	defer m.life.Unlock()
 	return m.started && !m.stopped
@@ -224,7 +224,7 @@ func (m *ManagerImpl) isRunning() bool {
 // away, ep is stopped, or ctx (the manager's runCtx) ends at Stop. Only if ep is still the
 // resource's current instance are its devices marked unhealthy; a replaced instance is only
 // forgotten, whenever its stream ends.
-func (m *ManagerImpl) runEndpoint(ctx context.Context, resource string, ep *endpoint.Endpoint) {
+func (m *Manager) runEndpoint(ctx context.Context, resource string, ep *endpoint.Endpoint) {
 	log := m.log.WithValues("resourceName", resource, "socket", ep.SocketPath())
 	err := ep.Run(ctx, func(devs []*pluginapi.Device) { m.updateDevices(resource, ep, devs) })
 	ep.Stop() // stamps the stop time before anyone can see the devices turn unhealthy
@@ -246,7 +246,7 @@ func (m *ManagerImpl) runEndpoint(ctx context.Context, resource string, ep *endp
 // markResourceUnhealthyLocked records that the resource's plugin went away at stoppedAt:
 // every healthy device becomes unhealthy, since nothing it advertised can be allocated, and
 // capacity is kept for the grace period. Callers hold mu.
-func (m *ManagerImpl) markResourceUnhealthyLocked(resource string, stoppedAt time.Time) {
+func (m *Manager) markResourceUnhealthyLocked(resource string, stoppedAt time.Time) {
 	if !m.st.Disconnect(resource, stoppedAt) {
 		return
 	}

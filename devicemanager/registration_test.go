@@ -213,7 +213,7 @@ func testReRegistration(t *testing.T, opts *pluginapi.DevicePluginOptions, probe
 }
 
 // currentSocket is the socket of the resource's current endpoint ("" if none).
-func (m *ManagerImpl) currentSocket(res string) string {
+func (m *Manager) currentSocket(res string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if info, ok := m.endpoints[res]; ok {

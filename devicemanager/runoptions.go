@@ -45,7 +45,7 @@ type CDIDevice struct{ Name string }
 // calling PreStartContainer first for plugins that require it (on every container start). An
 // active pod whose container lost its cached allocation is allocated again. It returns nil
 // options when the container holds no devices.
-func (m *ManagerImpl) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.Pod, container *v1.Container) (*RunContainerOptions, error) {
+func (m *Manager) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.Pod, container *v1.Container) (*RunContainerOptions, error) {
 	podUID := string(pod.UID)
 	needsReAlloc := false
 	for _, res := range sortedLimitNames(container) {
@@ -80,7 +80,7 @@ func (m *ManagerImpl) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.
 	return m.runOptionsLocked(podUID, container.Name), nil
 }
 
-func (m *ManagerImpl) isActive(podUID string) bool {
+func (m *Manager) isActive(podUID string) bool {
 	m.mu.Lock()
 	active := m.sources.ActivePods
 	m.mu.Unlock()
@@ -97,7 +97,7 @@ func (m *ManagerImpl) isActive(podUID string) bool {
 
 // callPreStartContainerIfNeeded calls PreStartContainer with the container's cached devices
 // when the plugin asked for it, under the endpoint's PreStart deadline (30 s by default).
-func (m *ManagerImpl) callPreStartContainerIfNeeded(ctx context.Context, podUID, container, res string) error {
+func (m *Manager) callPreStartContainerIfNeeded(ctx context.Context, podUID, container, res string) error {
 	m.mu.Lock()
 	info, ok := m.endpoints[res]
 	if !ok {
@@ -123,7 +123,7 @@ func (m *ManagerImpl) callPreStartContainerIfNeeded(ctx context.Context, podUID,
 // envs, devices (by container path), mounts (by container path) and annotations the first
 // value wins and conflicts are logged; CDI devices are de-duplicated by name. Resources are
 // visited in name order. Callers hold mu.
-func (m *ManagerImpl) runOptionsLocked(podUID, container string) *RunContainerOptions {
+func (m *Manager) runOptionsLocked(podUID, container string) *RunContainerOptions {
 	resources := m.st.Allocations(podUID, container)
 	if resources == nil {
 		return nil

@@ -19,7 +19,7 @@ var errNoHealthyDevices = state.ErrNoHealthyDevices
 // devicesToAllocateWithDeferral is devicesToAllocate, except that with Policy.DeferAdmission a
 // resource known from the checkpoint whose plugin has not registered again is waited for, up to
 // the policy's timeout, instead of failing at once.
-func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
+func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
 	ids, err := m.devicesToAllocate(ctx, pod, container, res, required, reusable)
 	if err == nil || !m.cfg.Policy.DeferAdmission || !errors.Is(err, errNoHealthyDevices) {
 		return ids, err
@@ -73,7 +73,7 @@ func (m *ManagerImpl) devicesToAllocateWithDeferral(ctx context.Context, pod *v1
 
 // gracePeriodOver reports whether the resource is gone: removed, or its plugin stopped
 // for longer than the grace period.
-func (m *ManagerImpl) gracePeriodOver(res string) bool {
+func (m *Manager) gracePeriodOver(res string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.st.GraceOver(res, m.cfg.Clock.Now(), m.cfg.GracePeriod)
@@ -87,7 +87,7 @@ func (m *ManagerImpl) gracePeriodOver(res string) bool {
 // true when the resource is served. Past the window, it admits as the kubelet does, with a
 // warning that names the resource. A container that was running before the restart never
 // waits: it keeps what it has (the restart bypass).
-func (m *ManagerImpl) awaitUnknownResource(ctx context.Context, pod *v1.Pod, container, res string) (bool, error) {
+func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, container, res string) (bool, error) {
 	if !m.cfg.Policy.DeferAdmission {
 		return false, nil
 	}
@@ -144,7 +144,7 @@ func (m *ManagerImpl) awaitUnknownResource(ctx context.Context, pod *v1.Pod, con
 // (state.Select: the kubelet's checks in the kubelet's order). It returns nil when nothing has
 // to be allocated (the container keeps its cached devices, or it was already running at a
 // restart). The chosen devices are reserved; the caller commits or releases them.
-func (m *ManagerImpl) devicesToAllocate(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
+func (m *Manager) devicesToAllocate(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
 	// The embedder's callbacks run before mu is taken: they may call back into the manager.
 	req := state.Request{PodUID: string(pod.UID), Container: container, Resource: res, Required: required,
 		Reusable: reusable, SourcesReady: m.sourcesReady(), Hint: m.affinity(string(pod.UID), container)}
@@ -166,7 +166,7 @@ func (m *ManagerImpl) devicesToAllocate(ctx context.Context, pod *v1.Pod, contai
 // preferredAllocation asks the plugin which devices it prefers, when it offers the call. With
 // Policy.PreferredAllocationFallback an RPC failure yields no preference instead of an error.
 // Called without mu.
-func (m *ManagerImpl) preferredAllocation(ctx context.Context, res string, available, mustInclude sets.Set[string], size int) (sets.Set[string], error) {
+func (m *Manager) preferredAllocation(ctx context.Context, res string, available, mustInclude sets.Set[string], size int) (sets.Set[string], error) {
 	m.mu.Lock()
 	info, ok := m.endpoints[res]
 	m.mu.Unlock()
@@ -192,7 +192,7 @@ func (m *ManagerImpl) preferredAllocation(ctx context.Context, res string, avail
 
 // sourcesReady asks the embedder whether every pod source is ready. It is called without mu
 // held, so the callback may call back into the manager.
-func (m *ManagerImpl) sourcesReady() bool {
+func (m *Manager) sourcesReady() bool {
 	m.mu.Lock()
 	ready := m.sources.SourcesReady
 	m.mu.Unlock()
@@ -201,7 +201,7 @@ func (m *ManagerImpl) sourcesReady() bool {
 
 // affinity asks the embedder's AffinityStore, if any, for the container's NUMA hint. It is
 // called without mu held.
-func (m *ManagerImpl) affinity(podUID, container string) TopologyHint {
+func (m *Manager) affinity(podUID, container string) TopologyHint {
 	if m.cfg.TopologyAffinity == nil {
 		return TopologyHint{}
 	}

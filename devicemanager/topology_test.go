@@ -24,7 +24,7 @@ func (f fixedAffinity) GetAffinity(string, string) TopologyHint { return f.hint 
 
 // seed installs a resource's devices directly, with a stopped endpoint: enough for the
 // algorithms that make no RPC.
-func seed(m *ManagerImpl, res string, devs ...*pluginapi.Device) {
+func seed(m *Manager, res string, devs ...*pluginapi.Device) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ep := endpoint.NewStopped(res, m.cfg.Endpoint)
@@ -34,7 +34,7 @@ func seed(m *ManagerImpl, res string, devs ...*pluginapi.Device) {
 }
 
 // hold records an allocation directly.
-func hold(m *ManagerImpl, podUID, container, res string, ids ...string) {
+func hold(m *Manager, podUID, container, res string, ids ...string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Commit(podUID, container, res, nil, checkpoint.DevicesPerNUMA{state.NoTopology: ids}, &pluginapi.ContainerAllocateResponse{})
@@ -268,7 +268,7 @@ func TestGetTopologyHintsWithUpdates(t *testing.T) {
 // ignores unregistered resources, and counts devices already held by any container.
 func TestGetPodTopologyHints(t *testing.T) {
 	r1, r2 := "example.com/r1", "example.com/r2"
-	newM := func() *ManagerImpl {
+	newM := func() *Manager {
 		m, _ := New(Config{PluginDir: "/x", NUMANodes: []int{0, 1}})
 		seed(m, r1, numaDevice("a", 0), numaDevice("b", 0), numaDevice("c", 1), numaDevice("d", 1))
 		seed(m, r2, numaDevice("x", 0), numaDevice("y", 1))

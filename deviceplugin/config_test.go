@@ -11,6 +11,8 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdm-project/kdm/internal/configtest"
 )
 
 // TestConfigValidate lists every value Config.Validate refuses, with the exact message, and
@@ -89,14 +91,9 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
+			configtest.CheckError(t, err, tc.want)
 			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
 				return
-			}
-			if err == nil || err.Error() != tc.want {
-				t.Fatalf("Validate() = %v, want %q", err, tc.want)
 			}
 			if !errors.Is(err, ErrInvalidConfig) {
 				t.Errorf("Validate() = %v, does not match ErrInvalidConfig", err)

@@ -17,9 +17,7 @@ import (
 // once, in a different order each run; the same pod (the last by name) is rejected every time.
 func TestRacingManifestsSameWinner(t *testing.T) {
 	n := newNode(t)
-	kdm := n.startKdm()
-	n.startPlugin()
-	n.eventually("8 GPUs", gpus(8))
+	kdm := n.startServing("8 GPUs")
 	names := []string{"race-a", "race-b", "race-c"}
 	orders := [][]int{{0, 1, 2}, {2, 1, 0}, {1, 2, 0}, {2, 0, 1}}
 	for run := 0; run < 20; run++ {

@@ -17,9 +17,7 @@ import (
 // kdm starts, replaces the stale socket and gets the plugin back.
 func TestSecondDeviceManagerRefusesToStart(t *testing.T) {
 	n := newNode(t)
-	first := n.startKdm()
-	n.startPlugin()
-	n.eventually("the first kdm serves the plugin's GPUs", gpus(8))
+	first := n.startServing("the first kdm serves the plugin's GPUs")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

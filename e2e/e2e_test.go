@@ -38,9 +38,7 @@ func sorted(s []string) []string {
 // node through admissions, a kdm crash, a plugin crash, and a GPU's health flipping.
 func TestNodeLifecycle(t *testing.T) {
 	n := newNode(t)
-	kdm := n.startKdm()
-	n.startPlugin()
-	n.eventually("8 GPUs", gpus(8))
+	kdm := n.startServing("8 GPUs")
 
 	n.writePod("a", 2)
 	n.writePod("b", 2)

@@ -30,9 +30,7 @@ func TestPodResourcesWithGrpcurl(t *testing.T) {
 	protoDir := filepath.Join(strings.TrimSpace(string(out)), "pkg", "apis", "podresources", "v1")
 
 	n := newNode(t)
-	kdm := n.startKdm()
-	n.startPlugin()
-	n.eventually("8 GPUs", gpus(8))
+	kdm := n.startServing("8 GPUs")
 	n.writePod("a", 3)
 	st := n.eventually("pod a admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "a"))) == 3 })
 	want := sorted(visible(pod(st, "a")))

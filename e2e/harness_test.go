@@ -175,6 +175,15 @@ func (n *node) startKdm(extra ...string) *process {
 	return n.start("kdm", args...)
 }
 
+// startServing starts kdm and the mock DGX A100 plugin and waits, under the name what, until
+// the node reports its 8 GPUs; it returns the kdm process.
+func (n *node) startServing(what string) *process {
+	kdm := n.startKdm()
+	n.startPlugin()
+	n.eventually(what, gpus(8))
+	return kdm
+}
+
 func (n *node) startPlugin() *process {
 	p := n.start("kdm-nvml-plugin", "--mock", "dgxa100", "--device-plugin-dir", n.pluginDir,
 		"--health-control-dir", n.healthDir, "-v", "2")

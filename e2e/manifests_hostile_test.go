@@ -351,9 +351,7 @@ func TestManifestParsedAndLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.placeManifest("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: [not, a, map\n")
-	kdm := n.startKdm()
-	n.startPlugin()
-	n.eventually("8 GPUs", gpus(8))
+	kdm := n.startServing("8 GPUs")
 	for i := 0; i < 15; i++ {
 		name := fmt.Sprintf("p%d", i)
 		n.placeManifest(name+".yaml", podManifest(name, uidOf(name), gpuLimit(0)))

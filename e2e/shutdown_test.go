@@ -80,9 +80,7 @@ func stallPodResources(t *testing.T, sock string, streams int) {
 // and the pod's result intact.
 func TestShutdownWithStalledPodResourcesClients(t *testing.T) {
 	n := newNode(t)
-	kdm := n.startKdm()
-	n.startPlugin()
-	n.eventually("8 GPUs", gpus(8))
+	kdm := n.startServing("8 GPUs")
 	n.writePod("steady", 2)
 	st := n.eventually("steady admitted", admitted("steady", 2))
 	held := sorted(visible(pod(st, "steady")))

@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdm-project/kdm/internal/configtest"
 )
 
 func TestConfigWithDefaults(t *testing.T) {
@@ -84,16 +86,7 @@ func TestConfigValidate(t *testing.T) {
 				"endpoint: MaxRecvMsgSize must not be negative, got -2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.Validate()
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil || err.Error() != tc.want {
-				t.Fatalf("Validate() = %v, want %q", err, tc.want)
-			}
+			configtest.CheckError(t, tc.cfg.Validate(), tc.want)
 		})
 	}
 }

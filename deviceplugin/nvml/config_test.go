@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/internal/configtest"
 )
 
 // TestConfigValidate lists every value Config.Validate refuses, with the exact message, and
@@ -45,14 +46,9 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
+			configtest.CheckError(t, err, tc.want)
 			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
 				return
-			}
-			if err == nil || err.Error() != tc.want {
-				t.Fatalf("Validate() = %v, want %q", err, tc.want)
 			}
 			if got := errors.Is(err, deviceplugin.ErrInvalidConfig); got != tc.fromSDK {
 				t.Errorf("errors.Is(err, deviceplugin.ErrInvalidConfig) = %v, want %v", got, tc.fromSDK)

@@ -171,7 +171,7 @@ func (f *fakeEvents) Next(ctx context.Context) (XIDEvent, bool, error) {
 func (f *fakeEvents) Close() {}
 
 // runWithManager runs the plugin against a real device manager and returns the manager.
-func runWithManager(t *testing.T, p *Plugin) *devicemanager.ManagerImpl {
+func runWithManager(t *testing.T, p *Plugin) *devicemanager.Manager {
 	t.Helper()
 	m, err := devicemanager.New(devicemanager.Config{PluginDir: p.cfg.PluginDir, Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
 	if err != nil {
@@ -191,7 +191,7 @@ func runWithManager(t *testing.T, p *Plugin) *devicemanager.ManagerImpl {
 	return m
 }
 
-func allocatable(m *devicemanager.ManagerImpl) int64 {
+func allocatable(m *devicemanager.Manager) int64 {
 	_, a, _ := m.GetCapacity()
 	q := a["nvidia.com/gpu"]
 	return q.Value()

@@ -116,19 +116,10 @@ func (k *kubeletManager) allocate(pod *v1.Pod) error {
 	return k.m.Allocate(pod, &pod.Spec.Containers[0])
 }
 
-func (k *kubeletManager) allocatable() int64 {
-	_, alloc, _ := k.m.GetCapacity()
-	q := alloc[resourceName]
-	return q.Value()
-}
+func (k *kubeletManager) allocatable() int64 { return allocatableOf(k.m.GetCapacity) }
 
 func (k *kubeletManager) devices(pod *v1.Pod) []string {
-	var ids []string
-	for id := range k.m.GetDevices(string(pod.UID), pod.Spec.Containers[0].Name)[resourceName] {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	return sortedIDs(k.m.GetDevices(string(pod.UID), pod.Spec.Containers[0].Name)[resourceName])
 }
 
 func (k *kubeletManager) stop() {
@@ -142,9 +133,9 @@ func (k *kubeletManager) stop() {
 	<-k.done
 }
 
-// kdmManager is kdm's ManagerImpl.
+// kdmManager is kdm's Manager.
 type kdmManager struct {
-	m      *kdm.ManagerImpl
+	m      *kdm.Manager
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -172,15 +163,23 @@ func (k *kdmManager) allocate(pod *v1.Pod) error {
 	return k.m.Allocate(context.Background(), pod, &pod.Spec.Containers[0])
 }
 
-func (k *kdmManager) allocatable() int64 {
-	_, alloc, _ := k.m.GetCapacity()
+func (k *kdmManager) allocatable() int64 { return allocatableOf(k.m.GetCapacity) }
+
+func (k *kdmManager) devices(pod *v1.Pod) []string {
+	return sortedIDs(k.m.GetDevices(string(pod.UID), pod.Spec.Containers[0].Name)[resourceName])
+}
+
+// allocatableOf is the resource's allocatable count from either manager's GetCapacity.
+func allocatableOf(getCapacity func() (v1.ResourceList, v1.ResourceList, []string)) int64 {
+	_, alloc, _ := getCapacity()
 	q := alloc[resourceName]
 	return q.Value()
 }
 
-func (k *kdmManager) devices(pod *v1.Pod) []string {
-	var ids []string
-	for id := range k.m.GetDevices(string(pod.UID), pod.Spec.Containers[0].Name)[resourceName] {
+// sortedIDs returns the keys of either manager's per-device map, sorted.
+func sortedIDs[V any](devices map[string]V) []string {
+	ids := make([]string, 0, len(devices))
+	for id := range devices {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
