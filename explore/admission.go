@@ -38,7 +38,7 @@ const (
 )
 
 // admission is one pod's admission in flight: its containers in order, one step at a time,
-// as ManagerImpl.Allocate runs them. Each step ends at a boundary where the manager may crash.
+// as Manager.Allocate runs them. Each step ends at a boundary where the manager may crash.
 type admission struct {
 	pod     *simPod
 	readmit bool // started by a restart

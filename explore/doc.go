@@ -10,7 +10,7 @@
 // Nothing here opens a socket, starts a goroutine or sleeps: a run is a function of its
 // seed (random mode) or of its choice sequence (exhaustive mode), and is replayed exactly.
 //
-// The simulated manager drives the same state.State as devicemanager.ManagerImpl, with the
+// The simulated manager drives the same state.State as devicemanager.Manager, with the
 // same rules of orchestration: garbage collection before each container's first device
 // resource, selection with the plugin's preference, Allocate, commit and a durable checkpoint
 // write; on restart, the checkpoint (or, when it is unusable, the embedder's own records) is

@@ -35,7 +35,7 @@ type Runner struct {
 	dir        string
 	clock      *clocktesting.FakeClock
 	start      time.Time
-	m          *devicemanager.ManagerImpl
+	m          *devicemanager.Manager
 	ready      bool // sources ready
 	plugins    map[string]*plugin
 	pods       map[string]*pod
