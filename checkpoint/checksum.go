@@ -213,15 +213,19 @@ func (s *hasher) entryTail(alloc []byte) {
 	s.char('}')
 }
 
+// entry emits one V2 ENTRY.
+func (s *hasher) entry(e *PodDevicesEntry) {
+	s.entryHead(e.PodUID, e.ContainerName, e.ResourceName)
+	s.frag(s.t.devices)
+	s.devMap(e.DeviceIDs)
+	s.entryTail(e.AllocResp)
+}
+
 // data emits HASHED for the V2 layout.
 func (s *hasher) data(d *Data) {
 	s.frag(s.t.head)
 	s.entries(d.PodDeviceEntries == nil, len(d.PodDeviceEntries), func(i int) {
-		e := &d.PodDeviceEntries[i]
-		s.entryHead(e.PodUID, e.ContainerName, e.ResourceName)
-		s.frag(s.t.devices)
-		s.devMap(e.DeviceIDs)
-		s.entryTail(e.AllocResp)
+		s.entry(&d.PodDeviceEntries[i])
 	})
 	s.frag(s.t.reg)
 	s.regMap(d.RegisteredDevices)

@@ -59,17 +59,28 @@ func Encode(d *Data) ([]byte, error) {
 func encodedSizeHint(d *Data) int {
 	n := 96
 	for i := range d.PodDeviceEntries {
-		e := &d.PodDeviceEntries[i]
-		n += 96 + len(e.PodUID) + len(e.ContainerName) + len(e.ResourceName)
-		n += base64.StdEncoding.EncodedLen(len(e.AllocResp))
-		for _, ids := range e.DeviceIDs {
-			n += 26
-			for _, id := range ids {
-				n += len(id) + 3
-			}
+		n += entrySizeHint(&d.PodDeviceEntries[i])
+	}
+	return n + regSizeHint(d.RegisteredDevices)
+}
+
+// entrySizeHint estimates, slightly over, the size of one entry's JSON object.
+func entrySizeHint(e *PodDevicesEntry) int {
+	n := 96 + len(e.PodUID) + len(e.ContainerName) + len(e.ResourceName)
+	n += base64.StdEncoding.EncodedLen(len(e.AllocResp))
+	for _, ids := range e.DeviceIDs {
+		n += 26
+		for _, id := range ids {
+			n += len(id) + 3
 		}
 	}
-	for k, ids := range d.RegisteredDevices {
+	return n + n/16
+}
+
+// regSizeHint estimates the size of the RegisteredDevices object.
+func regSizeHint(m map[string][]string) int {
+	n := 0
+	for k, ids := range m {
 		n += len(k) + 6
 		for _, id := range ids {
 			n += len(id) + 3

@@ -37,10 +37,14 @@ func newFragment(s string) *fragment {
 // apply returns fnv(h, f.s).
 func (f *fragment) apply(h uint32) uint32 { return f.mul*h + f.add[h&0xff] }
 
+// pow32 returns x^n modulo 2^32, by repeated squaring.
 func pow32(x uint32, n int) uint32 {
 	r := uint32(1)
-	for ; n > 0; n-- {
-		r *= x
+	for ; n > 0; n >>= 1 {
+		if n&1 == 1 {
+			r *= x
+		}
+		x *= x
 	}
 	return r
 }

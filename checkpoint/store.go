@@ -42,7 +42,8 @@ type Store struct {
 	quarantine bool
 	clock      clock.PassiveClock
 
-	mu sync.Mutex
+	mu  sync.Mutex
+	buf []byte // WritePrepared's output, kept for the next one
 }
 
 // NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
@@ -113,14 +114,37 @@ func (s *Store) Write(d *Data) error {
 	if err != nil {
 		return &FileError{Path: s.path, Err: err}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := writeFileAtomic(s.dir, s.path, b); err != nil {
-		return &FileError{Path: s.path, Err: err}
-	}
 	entries := 0
 	if d != nil {
 		entries = len(d.PodDeviceEntries)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeLocked(b, entries)
+}
+
+// WritePrepared is Write for Prepared content: the same file as
+// Write(p.Data()), with each entry's JSON taken from its cache. The file is
+// built in a buffer the Store keeps for the next write, so that writing a
+// large checkpoint again and again does not allocate its size each time.
+func (s *Store) WritePrepared(p *Prepared) error {
+	if p == nil {
+		return s.Write(nil)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := appendPrepared(s.buf[:0], p)
+	if err != nil {
+		return &FileError{Path: s.path, Err: err}
+	}
+	s.buf = b
+	return s.writeLocked(b, len(p.Entries))
+}
+
+// writeLocked replaces the checkpoint with b, the encoding of entries entries. Callers hold mu.
+func (s *Store) writeLocked(b []byte, entries int) error {
+	if err := writeFileAtomic(s.dir, s.path, b); err != nil {
+		return &FileError{Path: s.path, Err: err}
 	}
 	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", len(b), "entries", entries)
 	return nil

@@ -61,7 +61,18 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		}
 		m.mu.Unlock()
 	}
-	gcDone := false
+	// Garbage collection runs once, before the first device-plugin resource is selected. What
+	// it removed reaches the disk with this allocation's checkpoint write; every way out that
+	// does not make that write, and every wait, writes it first (persistCollected), so a crash
+	// cannot bring a removed pod's devices back for longer than one Allocate call.
+	gcDone, collected := false, false
+	persistCollected := func() {
+		if collected {
+			collected = false
+			m.persistRemovals()
+		}
+	}
+	defer persistCollected()
 	for _, res := range sortedLimitNames(c) {
 		qty := c.Resources.Limits[v1.ResourceName(res)]
 		if isDRAMapped(pod, c.Name, res) {
@@ -71,6 +82,7 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		plugin := m.st.IsDevicePluginResource(res)
 		m.mu.Unlock()
 		if !plugin && qty.Value() > 0 && isExtendedResourceName(res) {
+			persistCollected() // the resource may be waited for
 			served, err := m.awaitUnknownResource(ctx, pod, c.Name, res)
 			if err != nil {
 				release()
@@ -82,10 +94,10 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 			continue
 		}
 		if !gcDone {
-			m.UpdateAllocatedDevices()
+			collected = m.collectInactivePods()
 			gcDone = true
 		}
-		ids, err := m.devicesToAllocateWithDeferral(ctx, pod, c.Name, res, int(qty.Value()), reuse[res])
+		ids, err := m.devicesToAllocateWithDeferral(ctx, pod, c.Name, res, int(qty.Value()), reuse[res], persistCollected)
 		if err != nil {
 			release()
 			return err
@@ -114,8 +126,9 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		m.mu.Lock()
 		m.st.Uncommit(podUID, c.Name, committed)
 		m.mu.Unlock()
-		return err
+		return err // persistCollected tries again for the removals
 	}
+	collected = false // written with the allocation
 	m.log.V(3).Info("Allocated devices to container", "pod", klog.KObj(pod), "containerName", c.Name, "resources", len(picks))
 	return nil
 }
@@ -152,12 +165,19 @@ func (m *Manager) callAllocate(ctx context.Context, p *pick) error {
 // does nothing until every pod source is ready, so checkpointed assignments survive start-up.
 // When it removed a pod it writes the checkpoint before returning: the kubelet leaves that to
 // the next write, so a crash in between brings the removed pod's devices back, and a pod
-// re-created under the same UID (a static pod) would be judged against them.
+// re-created under the same UID (a static pod) would be judged against them. Allocate, which
+// collects too, folds that write into its own checkpoint write.
 func (m *Manager) UpdateAllocatedDevices() {
 	if m.collectInactivePods() {
-		if err := m.writeCheckpoint(); err != nil {
-			m.log.Error(err, "Writing checkpoint encountered")
-		}
+		m.persistRemovals()
+	}
+}
+
+// persistRemovals writes the checkpoint after garbage collection removed pods. A failure is
+// logged: the removal stands in memory and reaches the disk with the next write.
+func (m *Manager) persistRemovals() {
+	if err := m.writeCheckpoint(); err != nil {
+		m.log.Error(err, "Writing checkpoint encountered")
 	}
 }
 
@@ -170,9 +190,11 @@ func (m *Manager) collectInactivePods() bool {
 	if src.SourcesReady != nil && !src.SourcesReady() {
 		return false
 	}
-	active := sets.New[string]()
+	var active sets.Set[string]
 	if src.ActivePods != nil {
-		for _, p := range src.ActivePods() {
+		pods := src.ActivePods()
+		active = make(sets.Set[string], len(pods))
+		for _, p := range pods {
 			active.Insert(string(p.UID))
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/kdm-project/kdm/endpoint"
 )
 
-// snapshotLocked builds the checkpoint data from the current state. Callers hold mu.
-func (m *Manager) snapshotLocked() *checkpoint.Data { return m.st.Snapshot() }
+// snapshotLocked builds the checkpoint content from the current state. Callers hold mu.
+func (m *Manager) snapshotLocked() *checkpoint.Prepared { return m.st.Prepared() }
 
 // writeCheckpoint writes the current state durably. Writers are serialised and each takes its
 // snapshot after acquiring the write lock, so the file never goes back to an older state.
@@ -33,7 +33,7 @@ func (m *Manager) writeCheckpointLocked() error {
 	if m.store == nil {
 		return errors.New("checkpoint store is not open: the manager has not been started")
 	}
-	if err := m.store.Write(data); err != nil {
+	if err := m.store.WritePrepared(data); err != nil {
 		return fmt.Errorf("failed to write checkpoint file %q: %w", checkpoint.FileName, err)
 	}
 	return nil

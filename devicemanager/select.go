@@ -18,8 +18,8 @@ var errNoHealthyDevices = state.ErrNoHealthyDevices
 
 // devicesToAllocateWithDeferral is devicesToAllocate, except that with Policy.DeferAdmission a
 // resource known from the checkpoint whose plugin has not registered again is waited for, up to
-// the policy's timeout, instead of failing at once.
-func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string]) (sets.Set[string], error) {
+// the policy's timeout, instead of failing at once. beforeWait runs before the first wait.
+func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string], beforeWait func()) (sets.Set[string], error) {
 	ids, err := m.devicesToAllocate(ctx, pod, container, res, required, reusable)
 	if err == nil || !m.cfg.Policy.DeferAdmission || !errors.Is(err, errNoHealthyDevices) {
 		return ids, err
@@ -45,8 +45,11 @@ func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod
 			}
 			return ids, err
 		}
-		if !notified && m.cfg.OnAdmissionDeferred != nil {
-			m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
+		if !notified {
+			beforeWait()
+			if m.cfg.OnAdmissionDeferred != nil {
+				m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
+			}
 		}
 		notified = true
 		// The grace period ending removes the resource without any device change: wake up for

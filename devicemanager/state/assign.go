@@ -21,6 +21,9 @@ func (s *State) Release(res string, ids sets.Set[string]) {
 	if s.pending[res].Len() == 0 {
 		delete(s.pending, res)
 	}
+	for id := range ids {
+		s.refreshFree(res, id)
+	}
 }
 
 // DevicesPerNUMA groups ids by the NUMA nodes their plugin reports (NoTopology for none),

@@ -19,6 +19,9 @@ type Allocation struct {
 	Devices checkpoint.DevicesPerNUMA
 	Resp    *pluginapi.ContainerAllocateResponse
 	raw     []byte // Resp in wire form, as checkpointed; nil if it could not be marshalled
+	// entry is the allocation's checkpoint entry, made when it is recorded (nil when raw is):
+	// an allocation never changes, so its encoding is kept from one write to the next.
+	entry *checkpoint.Entry
 }
 
 // IDs returns the allocation's device IDs, each once.
@@ -67,8 +70,12 @@ func (s *State) hold(res string, a *Allocation, delta int) {
 			counts = map[string]int{}
 			s.held[res] = counts
 		}
+		before := counts[id]
 		if counts[id] += delta; counts[id] <= 0 {
 			delete(counts, id)
+		}
+		if (before > 0) != (counts[id] > 0) {
+			s.refreshFree(res, id)
 		}
 	}
 	if len(s.held[res]) == 0 {
@@ -79,8 +86,25 @@ func (s *State) hold(res string, a *Allocation, delta int) {
 // put records the allocation, replacing (and un-holding) whatever the container held of the
 // resource.
 func (s *State) put(podUID, container, res string, a *Allocation) {
+	if old := s.pods[podUID][container][res]; old != nil && old.entry != nil {
+		s.order.remove(old.entry)
+	}
+	s.record(podUID, container, res, a)
+	if a.entry != nil {
+		s.order.insert(a.entry)
+	}
+}
+
+// record is put without keeping the checkpoint order, for callers that rebuild it.
+func (s *State) record(podUID, container, res string, a *Allocation) {
 	if old := s.pods[podUID][container][res]; old != nil {
 		s.hold(res, old, -1)
+	}
+	if a.raw != nil {
+		a.entry = checkpoint.NewEntry(checkpoint.PodDevicesEntry{
+			PodUID: podUID, ContainerName: container, ResourceName: res,
+			DeviceIDs: a.Devices, AllocResp: a.raw,
+		})
 	}
 	s.pods.set(podUID, container, res, a)
 	s.hold(res, a, 1)
@@ -93,6 +117,9 @@ func (s *State) drop(podUID, container, res string) {
 		return
 	}
 	s.hold(res, a, -1)
+	if a.entry != nil {
+		s.order.remove(a.entry)
+	}
 	delete(s.pods[podUID][container], res)
 	if len(s.pods[podUID][container]) == 0 {
 		delete(s.pods[podUID], container)

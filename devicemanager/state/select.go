@@ -94,10 +94,7 @@ func (s *State) Select(req Request, preferred PreferredFunc) (sets.Set[string], 
 				continue
 			}
 			chosen.Insert(id)
-			if s.pending[res] == nil {
-				s.pending[res] = sets.New[string]()
-			}
-			s.pending[res].Insert(id)
+			s.reserve(res, id)
 			needed--
 		}
 		return needed == 0
@@ -146,17 +143,48 @@ func (s *State) isHealthy(res, id string) bool {
 	return r != nil && r.healthy.Has(id)
 }
 
-// Available returns the resource's healthy devices that nobody holds or has reserved.
+// Available returns the resource's healthy devices that nobody holds or has reserved. The set
+// is the caller's. Its cost is that of the devices it returns: the set is kept between calls.
 func (s *State) Available(res string) sets.Set[string] {
-	out := sets.New[string]()
 	r := s.resources[res]
 	if r == nil {
-		return out
+		return sets.New[string]()
 	}
-	for id := range r.healthy {
-		if !s.IsAllocated(res, id) && !s.pending[res].Has(id) {
-			out.Insert(id)
+	if r.free == nil {
+		r.free = sets.New[string]()
+		for id := range r.healthy {
+			if s.isFree(res, id) {
+				r.free.Insert(id)
+			}
 		}
 	}
-	return out
+	return r.free.Clone()
+}
+
+// isFree reports whether the device is healthy, not held and not reserved.
+func (s *State) isFree(res, id string) bool {
+	return s.isHealthy(res, id) && !s.IsAllocated(res, id) && !s.pending[res].Has(id)
+}
+
+// reserve marks the device as picked by an allocation in flight.
+func (s *State) reserve(res, id string) {
+	if s.pending[res] == nil {
+		s.pending[res] = sets.New[string]()
+	}
+	s.pending[res].Insert(id)
+	s.refreshFree(res, id)
+}
+
+// refreshFree updates the resource's kept free set, if any, for a device whose hold or
+// reservation just changed.
+func (s *State) refreshFree(res, id string) {
+	r := s.resources[res]
+	if r == nil || r.free == nil {
+		return
+	}
+	if s.isFree(res, id) {
+		r.free.Insert(id)
+	} else {
+		r.free.Delete(id)
+	}
 }

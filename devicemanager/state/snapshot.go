@@ -1,6 +1,7 @@
 package state
 
 import (
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -13,14 +14,28 @@ import (
 // Snapshot returns the checkpoint data of the current state: every assignment, sorted by pod
 // UID, container and resource, and the healthy devices of every resource with a device list.
 // Entries whose response is missing or cannot be marshalled are left out, as the kubelet does.
-func (s *State) Snapshot() *checkpoint.Data {
-	reg := make(map[string][]string, len(s.resources))
+// It is Prepared().Data().
+func (s *State) Snapshot() *checkpoint.Data { return s.Prepared().Data() }
+
+// Prepared returns the checkpoint content of the current state, as Snapshot, with entries that
+// keep their encoding between writes. Its cost is a copy of the list of entries: the entries,
+// their order and the sorted device lists are kept from one snapshot to the next. The lists
+// and entries it shares with the state are never modified; only the state changes.
+func (s *State) Prepared() *checkpoint.Prepared {
+	reg := make([]*checkpoint.Registered, 0, len(s.resources))
 	for name, r := range s.resources {
 		if r.hasSets() {
-			reg[name] = sets.List(r.healthy)
+			if r.registered == nil {
+				r.registered = checkpoint.NewRegistered(name, sets.List(r.healthy))
+			}
+			reg = append(reg, r.registered)
 		}
 	}
-	return &checkpoint.Data{PodDeviceEntries: s.entries(s.pods), RegisteredDevices: reg}
+	var entries []*checkpoint.Entry
+	if len(s.order) > 0 {
+		entries = slices.Clone(s.order)
+	}
+	return &checkpoint.Prepared{Entries: entries, Registered: reg}
 }
 
 // ContainerEntries returns the container's checkpoint entries, one per resource it holds,
@@ -75,7 +90,11 @@ func (s *State) Restore(data *checkpoint.Data, now time.Time) (bad []checkpoint.
 // owner's own record), and returns the entries it skipped because their AllocResp is not a
 // valid ContainerAllocateResponse. Reservations and device sets are untouched.
 func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []checkpoint.PodDevicesEntry) {
-	s.pods, s.held = podDevices{}, map[string]map[string]int{}
+	s.pods, s.held, s.order = podDevices{}, map[string]map[string]int{}, nil
+	for _, r := range s.resources {
+		r.free = nil
+	}
+	defer s.order.rebuild(s.pods)
 	for _, e := range entries {
 		resp := &pluginapi.ContainerAllocateResponse{}
 		if err := proto.Unmarshal(e.AllocResp, resp); err != nil {
@@ -90,7 +109,7 @@ func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []
 		if raw == nil {
 			raw = []byte{}
 		}
-		s.put(e.PodUID, e.ContainerName, e.ResourceName, newAllocation(devs, resp, raw))
+		s.record(e.PodUID, e.ContainerName, e.ResourceName, newAllocation(devs, resp, raw))
 	}
 	return bad
 }

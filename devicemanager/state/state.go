@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
 )
 
 // ContainerKey names one container of one pod.
@@ -34,6 +36,12 @@ type resource struct {
 	// as the plugin last listed it.
 	all                map[string]*pluginapi.Device
 	healthy, unhealthy sets.Set[string]
+	// registered is healthy, sorted, as the checkpoint registers it; nil until a snapshot
+	// needs it after healthy changed. Snapshots share it: it is replaced, never modified.
+	registered *checkpoint.Registered
+	// free is healthy less the devices held or reserved, as Available returns it; nil until
+	// Available needs it after healthy changed. Holds and reservations keep it up to date.
+	free sets.Set[string]
 	// connected: an instance of the plugin is current and its stream is open.
 	connected bool
 	// listed: the current instance has sent a device list; named: one with a device in it.
@@ -54,6 +62,7 @@ type State struct {
 	// held counts, per resource and device, the containers whose allocation names the device:
 	// a device is allocated while its count is positive.
 	held    map[string]map[string]int
+	order   entryOrder                  // the checkpoint entries of pods, in file order
 	pending map[string]sets.Set[string] // devices reserved by allocations in flight
 	reuse   map[string]map[string]sets.Set[string]
 	running sets.Set[ContainerKey]
@@ -103,7 +112,7 @@ func (s *State) Disconnect(res string, now time.Time) bool {
 	r.connected = false
 	if r.hasSets() {
 		r.unhealthy = r.unhealthy.Union(r.healthy)
-		r.healthy = sets.New[string]()
+		r.healthy, r.registered, r.free = sets.New[string](), nil, nil
 	}
 	return true
 }
@@ -159,7 +168,7 @@ func (r *resource) rebuild(devs []*pluginapi.Device) []string {
 	// A repeated ID makes healthy and unhealthy overlap; unhealthy wins, as the list's
 	// last word for that ID may be either and a device in both sets could be allocated.
 	healthy = healthy.Difference(unhealthy)
-	r.healthy, r.unhealthy, r.all = healthy, unhealthy, all
+	r.healthy, r.unhealthy, r.all, r.registered, r.free = healthy, unhealthy, all, nil, nil
 	return changed
 }
 
@@ -184,6 +193,7 @@ func (r *resource) updateInPlace(devs []*pluginapi.Device) ([]string, bool) {
 		// The sets, not the old list, decide: a disconnect moves devices to unhealthy
 		// without touching their listed health.
 		if isHealthy := d.Health == pluginapi.Healthy; isHealthy != r.healthy.Has(d.ID) {
+			r.registered, r.free = nil, nil
 			if isHealthy {
 				r.unhealthy.Delete(d.ID)
 				r.healthy.Insert(d.ID)

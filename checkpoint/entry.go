@@ -1,0 +1,217 @@
+package checkpoint
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync/atomic"
+)
+
+// Entry is a PodDevicesEntry that keeps its JSON text once it has been
+// encoded, and what hashing it last added to the checksum. An entry never
+// changes once made, so a writer that keeps its entries between writes (as
+// the device manager does) encodes each of them once, however many files it
+// appears in, and hashes it again only after the entries before it changed.
+//
+// The embedded PodDevicesEntry, its DeviceIDs lists and its AllocResp must not
+// be modified after NewEntry. An Entry is safe for concurrent use.
+type Entry struct {
+	PodDevicesEntry
+	text atomic.Pointer[cachedText]
+	sum  cachedSum
+}
+
+// NewEntry returns e as an Entry. It does not copy e's lists or bytes: they
+// are shared, and must not be modified afterwards.
+func NewEntry(e PodDevicesEntry) *Entry { return &Entry{PodDevicesEntry: e} }
+
+// Registered is one resource's registered device IDs (a RegisteredDevices
+// pair) that keeps its encoding between writes, as Entry does. Resource and
+// IDs must not be modified after NewRegistered. It is safe for concurrent use.
+type Registered struct {
+	Resource string
+	// IDs is written as null when nil.
+	IDs  []string
+	text atomic.Pointer[cachedText]
+	sum  cachedSum
+}
+
+// NewRegistered returns the pair resource: ids. ids is shared, not copied.
+func NewRegistered(resource string, ids []string) *Registered {
+	return &Registered{Resource: resource, IDs: ids}
+}
+
+// cachedText is a piece of JSON, or the string in it that is not valid UTF-8.
+type cachedText struct {
+	json    []byte
+	badUTF8 string
+	bad     bool
+}
+
+// encoded returns the entry's JSON object, computing it on first use.
+func (e *Entry) encoded() *cachedText {
+	if t := e.text.Load(); t != nil {
+		return t
+	}
+	var w jsonWriter
+	b := w.entry(make([]byte, 0, entrySizeHint(&e.PodDevicesEntry)), &e.PodDevicesEntry)
+	t := &cachedText{json: b, badUTF8: w.badString, bad: w.badUTF8}
+	e.text.Store(t)
+	return t
+}
+
+// encoded returns the pair's JSON text ("resource":[ids]), computing it on first use.
+func (r *Registered) encoded() *cachedText {
+	if t := r.text.Load(); t != nil {
+		return t
+	}
+	var w jsonWriter
+	b := w.str(make([]byte, 0, regSizeHint(map[string][]string{r.Resource: r.IDs})), r.Resource)
+	b = append(b, ':')
+	b = w.strList(b, r.IDs)
+	t := &cachedText{json: b, badUTF8: w.badString, bad: w.badUTF8}
+	r.text.Store(t)
+	return t
+}
+
+// Prepared is the content of a checkpoint made of Entries and Registered
+// pairs: the same file as the Data that Data returns, but each piece's JSON
+// text is computed once and reused by every later write. A nil Entries or
+// Registered is written as null, as for Data. Registered may be in any order
+// but must not name a resource twice. Neither the slices nor what they point
+// to may be modified while Prepared is being encoded.
+type Prepared struct {
+	Entries    []*Entry
+	Registered []*Registered
+}
+
+// Data returns p as Data, sharing p's lists and bytes.
+func (p *Prepared) Data() *Data {
+	d := &Data{}
+	if p.Entries != nil {
+		d.PodDeviceEntries = make([]PodDevicesEntry, len(p.Entries))
+		for i, e := range p.Entries {
+			d.PodDeviceEntries[i] = e.PodDevicesEntry
+		}
+	}
+	if p.Registered != nil {
+		d.RegisteredDevices = make(map[string][]string, len(p.Registered))
+		for _, r := range p.Registered {
+			d.RegisteredDevices[r.Resource] = r.IDs
+		}
+	}
+	return d
+}
+
+// EncodePrepared returns the checkpoint file for p: byte for byte
+// Encode(p.Data()), with the pieces' JSON taken from their cache. It fails,
+// as Encode does, only with ErrInvalidUTF8. A nil p encodes as the zero Data.
+func EncodePrepared(p *Prepared) ([]byte, error) {
+	if p == nil {
+		return Encode(nil)
+	}
+	return appendPrepared(nil, p)
+}
+
+// appendPrepared appends the checkpoint file for p (not nil) to dst.
+func appendPrepared(dst []byte, p *Prepared) ([]byte, error) {
+	reg := p.Registered
+	if len(reg) > 1 && !slices.IsSortedFunc(reg, compareRegistered) {
+		reg = slices.SortedFunc(slices.Values(reg), compareRegistered)
+	}
+	size := 96
+	for _, e := range p.Entries {
+		t := e.encoded()
+		if t.bad {
+			return nil, fmt.Errorf("%w: %q", ErrInvalidUTF8, t.badUTF8)
+		}
+		size += len(t.json) + 1
+	}
+	for _, r := range reg {
+		t := r.encoded()
+		if t.bad {
+			return nil, fmt.Errorf("%w: %q", ErrInvalidUTF8, t.badUTF8)
+		}
+		size += len(t.json) + 1
+	}
+	var sum uint32
+	buf := slices.Grow(dst, size)
+	if len(p.Entries) >= parallelChecksumEntries {
+		done := make(chan uint32, 1)
+		go func() { done <- checksumPrepared(p.Entries, p.Registered == nil, reg) }()
+		buf = appendPreparedJSON(buf, p.Entries, p.Registered == nil, reg)
+		sum = <-done
+	} else {
+		sum = checksumPrepared(p.Entries, p.Registered == nil, reg)
+		buf = appendPreparedJSON(buf, p.Entries, p.Registered == nil, reg)
+	}
+	buf = append(buf, `,"Checksum":`...)
+	buf = strconv.AppendUint(buf, uint64(sum), 10)
+	return append(buf, '}'), nil
+}
+
+func compareRegistered(a, b *Registered) int { return cmp.Compare(a.Resource, b.Resource) }
+
+// appendJoined emits null when isNil, else the pieces' JSON separated by commas between open
+// and close.
+func appendJoined[T any](buf []byte, items []T, isNil bool, open, close byte, piece func(T) []byte) []byte {
+	if isNil {
+		return append(buf, "null"...)
+	}
+	buf = append(buf, open)
+	for i, it := range items {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, piece(it)...)
+	}
+	return append(buf, close)
+}
+
+// appendPreparedJSON emits the file up to and including the Data object from the cached
+// pieces; reg is sorted by resource, regNil says whether it stands for a nil map.
+func appendPreparedJSON(buf []byte, entries []*Entry, regNil bool, reg []*Registered) []byte {
+	buf = append(buf, `{"Data":{"PodDeviceEntries":`...)
+	buf = appendJoined(buf, entries, entries == nil, '[', ']', func(e *Entry) []byte { return e.encoded().json })
+	buf = append(buf, `,"RegisteredDevices":`...)
+	buf = appendJoined(buf, reg, regNil, '{', '}', func(r *Registered) []byte { return r.encoded().json })
+	return append(buf, '}')
+}
+
+// checksumPrepared is the checksum of the Prepared whose pieces are given (reg sorted by
+// resource, regNil for a nil map), with each piece's text hashed again only when what comes
+// before it changed since its last checksum.
+func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered) uint32 {
+	s := newHasher(false)
+	s.frag(s.t.head)
+	s.entries(entries == nil, len(entries), func(i int) {
+		e := entries[i]
+		if !e.sum.applied(&s) {
+			h0 := s.h
+			s.entry(&e.PodDevicesEntry)
+			e.sum.remember(h0, s.h, func() int { return entryTextLen(s.t, &e.PodDevicesEntry) })
+		}
+	})
+	s.frag(s.t.reg)
+	if regNil {
+		s.frag(s.t.nilText)
+	} else {
+		s.frag(s.t.mapOpen)
+		for i, r := range reg {
+			if i > 0 {
+				s.char(' ')
+			}
+			if !r.sum.applied(&s) {
+				h0 := s.h
+				s.str(r.Resource)
+				s.char(':')
+				s.strList(r.IDs)
+				r.sum.remember(h0, s.h, func() int { return len(r.Resource) + 1 + strListTextLen(s.t, r.IDs) })
+			}
+		}
+		s.char(']')
+	}
+	s.char('}')
+	return s.h
+}

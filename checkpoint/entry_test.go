@@ -1,0 +1,188 @@
+package checkpoint
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// prepare returns d as Prepared, one Entry per entry and one Registered per resource, in map
+// order.
+func prepare(d *Data) *Prepared {
+	p := &Prepared{}
+	if d.RegisteredDevices != nil {
+		p.Registered = []*Registered{}
+		for res, ids := range d.RegisteredDevices {
+			p.Registered = append(p.Registered, NewRegistered(res, ids))
+		}
+	}
+	if d.PodDeviceEntries != nil {
+		p.Entries = make([]*Entry, 0, len(d.PodDeviceEntries))
+		for _, e := range d.PodDeviceEntries {
+			p.Entries = append(p.Entries, NewEntry(e))
+		}
+	}
+	return p
+}
+
+// checkPreparedLikeEncode encodes p twice (cold and cached entries) and compares both with
+// Encode of the same data.
+func checkPreparedLikeEncode(t *testing.T, d *Data) {
+	t.Helper()
+	want, wantErr := Encode(d)
+	p := prepare(d)
+	for round := range 2 {
+		got, err := EncodePrepared(p)
+		if (err == nil) != (wantErr == nil) || (err != nil && !errors.Is(err, ErrInvalidUTF8)) {
+			t.Fatalf("round %d: EncodePrepared err = %v, Encode err = %v", round, err, wantErr)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: EncodePrepared differs from Encode\n got: %s\nwant: %s", round, got, want)
+		}
+	}
+}
+
+// FuzzEncodePrepared proves EncodePrepared byte-identical to Encode, whose own fuzz test ties
+// it to encoding/json and the kubelet's checksum.
+func FuzzEncodePrepared(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkPreparedLikeEncode(t, fuzzData(b)) })
+}
+
+func TestEncodePreparedShapes(t *testing.T) {
+	for name, d := range map[string]*Data{
+		"zero":           {},
+		"empty":          {PodDeviceEntries: []PodDevicesEntry{}, RegisteredDevices: map[string][]string{}},
+		"bench 10":       benchData(t, 10),
+		"bench 300":      benchData(t, 300), // the checksum runs beside the JSON
+		"bad entry":      {PodDeviceEntries: []PodDevicesEntry{{PodUID: "p\xff", AllocResp: []byte{}}}},
+		"bad registered": {RegisteredDevices: map[string][]string{"r": {"bad\xfe"}}},
+	} {
+		t.Run(name, func(t *testing.T) { checkPreparedLikeEncode(t, d) })
+	}
+	if got, err := EncodePrepared(nil); err != nil || string(got) != specVectors[2].file {
+		t.Errorf("EncodePrepared(nil) = %s, %v; want %s", got, err, specVectors[2].file)
+	}
+}
+
+func TestPreparedGoldens(t *testing.T) {
+	dirs, err := os.ReadDir(goldenDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, de := range dirs {
+		raw, err := os.ReadFile(filepath.Join(goldenDir, de.Name(), FileName))
+		if err != nil {
+			continue
+		}
+		d, layout, err := Decode(raw)
+		if err != nil || layout != LayoutV2 {
+			continue
+		}
+		n++
+		got, err := EncodePrepared(prepare(d))
+		if err != nil {
+			t.Fatalf("%s: %v", de.Name(), err)
+		}
+		if !bytes.Equal(got, raw) {
+			t.Errorf("%s: EncodePrepared differs from the kubelet's file\n got: %s\nwant: %s", de.Name(), got, raw)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no V2 golden checkpoint found")
+	}
+}
+
+func TestPreparedData(t *testing.T) {
+	d := benchData(t, 3)
+	if got := prepare(d).Data(); !bytes.Equal(mustEncode(t, got), mustEncode(t, d)) {
+		t.Error("Prepared.Data does not give back the data")
+	}
+	if got := (&Prepared{}).Data(); got.PodDeviceEntries != nil || got.RegisteredDevices != nil {
+		t.Errorf("nil Entries and Registered gave %+v, want nil and nil", got)
+	}
+}
+
+func mustEncode(t *testing.T, d *Data) []byte {
+	t.Helper()
+	b, err := Encode(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestEntryTextLen checks the length formula against the text the hasher emits.
+func TestEntryTextLen(t *testing.T) {
+	var all []PodDevicesEntry
+	for _, seed := range fuzzSeeds {
+		all = append(all, fuzzData(seed).PodDeviceEntries...)
+	}
+	all = append(all, benchData(t, 3).PodDeviceEntries...)
+	all = append(all, PodDevicesEntry{}, PodDevicesEntry{DeviceIDs: DevicesPerNUMA{}, AllocResp: []byte{}},
+		PodDevicesEntry{DeviceIDs: DevicesPerNUMA{-1: nil, 12: {}, 3: {"a", "b"}}, AllocResp: []byte{0, 9, 10, 99, 100, 255}})
+	for i := range all {
+		s := newHasher(true)
+		s.entry(&all[i])
+		if got, want := entryTextLen(s.t, &all[i]), len(s.text); got != want {
+			t.Errorf("entry %d (%+v): entryTextLen = %d, want %d (%q)", i, all[i], got, want, s.text)
+		}
+	}
+}
+
+// TestEntryChecksumMemo encodes lists that share entries and registered pairs, in the orders
+// a state goes through (appends, inserts before, removals, a list seen again), and checks
+// every file against Encode: a piece's remembered hash must be used only when still right.
+func TestEntryChecksumMemo(t *testing.T) {
+	d := benchData(t, 6)
+	e := prepare(d).Entries
+	lists := [][]*Entry{
+		e[2:4], e[2:5], e[1:5], e[:5], e[1:5], {e[0], e[2], e[3]}, {e[2], e[3]}, e, {e[5], e[4], e[3]}, e,
+	}
+	r := []*Registered{NewRegistered("a.com/x", []string{"1"}), NewRegistered("b.com/y", []string{"2", "3"}),
+		NewRegistered("c.com/z", nil), NewRegistered("d.com/w", []string{})}
+	regs := [][]*Registered{r[1:3], r[1:3], r[:3], r, {r[3], r[0]}, r[2:], nil, {}}
+	for i, l := range lists {
+		p := &Prepared{Entries: l, Registered: regs[i%len(regs)]}
+		got, err := EncodePrepared(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := mustEncode(t, p.Data()); !bytes.Equal(got, want) {
+			t.Fatalf("list %d: EncodePrepared differs from Encode\n got: %s\nwant: %s", i, got[len(got)-30:], want[len(want)-30:])
+		}
+	}
+}
+
+// TestWritePrepared writes a large then a small content through one Store (the second reuses
+// the first's buffer) and reads each back.
+func TestWritePrepared(t *testing.T) {
+	s, err := NewStore(StoreConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*Data{benchData(t, 20), benchData(t, 2), {}} {
+		if err := s.WritePrepared(prepare(d)); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(s.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := mustEncode(t, d); !bytes.Equal(raw, want) {
+			t.Fatalf("file after WritePrepared of %d entries\n got: %s\nwant: %s", len(d.PodDeviceEntries), raw, want)
+		}
+	}
+	bad := &Data{PodDeviceEntries: []PodDevicesEntry{{PodUID: "p\xff"}}}
+	if err := s.WritePrepared(prepare(bad)); !errors.Is(err, ErrInvalidUTF8) {
+		t.Errorf("WritePrepared of invalid UTF-8: err = %v, want ErrInvalidUTF8", err)
+	}
+	if err := s.WritePrepared(nil); err != nil {
+		t.Errorf("WritePrepared(nil): %v", err)
+	}
+}
