@@ -86,15 +86,7 @@ func runPublisher(t *testing.T, c *kubecluster.Cluster, node string, d DeviceCap
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, p)
 }
 
 func adminClient(t *testing.T, c *kubecluster.Cluster) kubernetes.Interface {

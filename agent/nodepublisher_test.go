@@ -27,15 +27,7 @@ func startPublisher(t *testing.T, cfg NodePublisherConfig, clk *clocktesting.Fak
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, p)
 	eventually(t, "the publisher to wait on its clock", clk.HasWaiters)
 	return p
 }
@@ -246,4 +238,18 @@ func TestNodePublisherConfigValidate(t *testing.T) {
 	if err := (NodePublisherConfig{Client: api, NodeName: "n", Devices: d}).Validate(); err != nil {
 		t.Errorf("minimal config: %v", err)
 	}
+}
+
+// runUntilCleanup runs p until the test ends, and fails the test if Run returns an error.
+func runUntilCleanup(t *testing.T, p *NodePublisher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestClusterIdentities starts the real cluster and checks what the agent relies on: the
@@ -22,24 +23,7 @@ func TestClusterIdentities(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	bins, err := Build(ctx, filepath.Join("..", "..", "test", "kubebins"), os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Start(ctx, Options{Binaries: bins, Dir: t.TempDir(), Nodes: []string{"n1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(c.Logs(4000))
-		}
-		c.Stop()
-	})
-	admin, err := c.Client(AdminUser)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, admin := startCluster(ctx, t, Options{Nodes: []string{"n1"}})
 	info, err := admin.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -79,24 +63,7 @@ func TestControlPlane(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	bins, err := Build(ctx, filepath.Join("..", "..", "test", "kubebins"), os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Start(ctx, Options{Binaries: bins, Dir: t.TempDir(), ControlPlane: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(c.Logs(4000))
-		}
-		c.Stop()
-	})
-	admin, err := c.Client(AdminUser)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, admin := startCluster(ctx, t, Options{ControlPlane: true})
 	labels := map[string]string{"app": "web"}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: metav1.NamespaceDefault},
@@ -129,4 +96,31 @@ func TestControlPlane(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("no pod of the Deployment was marked unschedulable within a minute; last: %s", last)
+}
+
+// startCluster builds the binaries (cached), starts a cluster with opts in a temporary
+// directory, stops it at cleanup (printing its logs if the test failed) and returns it with
+// an admin client.
+func startCluster(ctx context.Context, t *testing.T, opts Options) (*Cluster, kubernetes.Interface) {
+	t.Helper()
+	bins, err := Build(ctx, filepath.Join("..", "..", "test", "kubebins"), os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Binaries, opts.Dir = bins, t.TempDir()
+	c, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(c.Logs(4000))
+		}
+		c.Stop()
+	})
+	admin, err := c.Client(AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, admin
 }
