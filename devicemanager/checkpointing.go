@@ -88,11 +88,13 @@ func (m *Manager) runCheckpointWriter(ctx context.Context) {
 		case <-m.writeRequests:
 			// Let a burst of updates (health flapping, a plugin re-sending its list) gather
 			// into this write; device lists are not read back on restart, so the delay
-			// risks nothing.
+			// risks nothing. The window runs on the manager's clock.
+			timer := m.cfg.Clock.NewTimer(coalesceWindow)
 			select {
-			case <-time.After(coalesceWindow):
+			case <-timer.C():
 			case <-ctx.Done():
 			}
+			timer.Stop()
 			write()
 		case <-ctx.Done():
 			select {
