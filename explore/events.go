@@ -9,6 +9,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/scenario"
 )
 
 // Event is one thing that happens to the node from outside the manager. Kinds and the
@@ -365,40 +366,23 @@ func (w *world) restart(reboot bool) {
 
 func sortedPlugins(m map[string]*simPlugin) []string { return state.SortedKeys(m) }
 
-// parsePod builds a pod from scenario arguments: "gpu=2" (an app container), or
-// "init=gpu:2", "sidecar=gpu:1", "app=gpu:1", in order.
+// parsePod builds a pod from the arguments of the scenario language's `pod admit`
+// (scenario.ParsePodSpec): init containers and sidecars first, in order, then app containers.
 func parsePod(name string, args []string) (*simPod, error) {
+	specs, err := scenario.ParsePodSpec(args)
+	if err != nil {
+		return nil, err
+	}
 	p := &simPod{name: name, uid: "uid-" + name, spec: args}
 	var inits, apps []simContainer
-	for _, a := range args {
-		k, v, ok := strings.Cut(a, "=")
-		if !ok {
-			return nil, fmt.Errorf("bad pod argument %q", a)
-		}
-		kind, spec := k, v
-		if k != "init" && k != "sidecar" && k != "app" {
-			kind, spec = "app", k+":"+v
-		}
-		res, count, ok := strings.Cut(spec, ":")
-		n, err := strconv.Atoi(count)
-		if !ok || err != nil || n < 0 {
-			return nil, fmt.Errorf("bad container spec %q", spec)
-		}
-		c := simContainer{requests: map[string]int{domain + res: n}}
-		switch kind {
-		case "init":
-			c.name, c.regularInit = fmt.Sprintf("init-%d", len(inits)), true
-			inits = append(inits, c)
-		case "sidecar":
-			c.name = fmt.Sprintf("sidecar-%d", len(inits))
-			inits = append(inits, c)
-		default:
-			c.name = fmt.Sprintf("app-%d", len(apps))
+	for _, cs := range specs {
+		c := simContainer{name: cs.Name, regularInit: cs.Kind == scenario.InitContainer,
+			requests: map[string]int{domain + cs.Resource: cs.Count}}
+		if cs.Kind == scenario.AppContainer {
 			apps = append(apps, c)
+		} else {
+			inits = append(inits, c)
 		}
-	}
-	if len(apps) == 0 {
-		return nil, fmt.Errorf("pod %s has no app container", name)
 	}
 	p.containers = append(inits, apps...)
 	return p, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,15 @@ func ParseStory(path string) ([]*Event, error) {
 			e = &Event{Kind: "node-reboot"}
 		case "plugin start", "plugin stop", "plugin rolling-update":
 			e = &Event{Kind: "plugin-" + arg(0), Name: arg(1), Args: d.Args[min(2, len(d.Args)):]}
+			if arg(1) == "" {
+				return nil, fmt.Errorf("%s:%d: plugin %s needs a plugin name", path, d.Line, arg(0))
+			}
+			for _, a := range e.Args {
+				v, ok := strings.CutPrefix(a, "devices=")
+				if n, err := strconv.Atoi(v); !ok || err != nil || n < 0 {
+					return nil, fmt.Errorf("%s:%d: plugin %s: bad argument %q (want devices=N)", path, d.Line, arg(1), a)
+				}
+			}
 		case "plugin restart":
 			out = append(out, &Event{Kind: "plugin-stop", Name: arg(1)})
 			e = &Event{Kind: "plugin-start", Name: arg(1)}
@@ -44,6 +54,14 @@ func ParseStory(path string) ([]*Event, error) {
 			e = &Event{Kind: "device-" + arg(0), Name: arg(1), Args: []string{arg(2)}}
 		case "pod admit", "pod delete", "pod complete":
 			e = &Event{Kind: "pod-" + arg(0), Name: arg(1), Args: d.Args[min(2, len(d.Args)):]}
+			if arg(1) == "" {
+				return nil, fmt.Errorf("%s:%d: %s %s needs a pod name", path, d.Line, d.Cmd, arg(0))
+			}
+			if arg(0) == "admit" {
+				if _, err := scenario.ParsePodSpec(e.Args); err != nil {
+					return nil, fmt.Errorf("%s:%d: pod %s: %w", path, d.Line, arg(1), err)
+				}
+			}
 		case "advance " + arg(0):
 			dur, err := time.ParseDuration(arg(0))
 			if err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -257,43 +256,27 @@ func (r *Runner) counts(res string) (int64, int64) {
 	return cq.Value(), aq.Value()
 }
 
-// parsePod builds a pod from "init=gpu:1 sidecar=nic:1 app=gpu:2" or the short "gpu=2".
+// parsePod builds a pod from "init=gpu:1 sidecar=nic:1 app=gpu:2" or the short "gpu=2"
+// (ParsePodSpec).
 func (r *Runner) parsePod(name string, args []string) (*v1.Pod, error) {
+	specs, err := ParsePodSpec(args)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", name, err)
+	}
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}}
 	always := v1.ContainerRestartPolicyAlways
-	for _, a := range args {
-		k, v, ok := strings.Cut(a, "=")
-		if !ok {
-			return nil, fmt.Errorf("bad pod argument %q (want kind=resource:count or resource=count)", a)
-		}
-		kind, spec := k, v
-		if k != "init" && k != "sidecar" && k != "app" {
-			kind, spec = "app", k+":"+v
-		}
-		res, count, ok := strings.Cut(spec, ":")
-		if !ok {
-			return nil, fmt.Errorf("bad container spec %q (want resource:count)", spec)
-		}
-		qty, err := resource.ParseQuantity(count)
-		if err != nil {
-			return nil, fmt.Errorf("bad count in %q: %w", spec, err)
-		}
-		c := v1.Container{Name: kind, Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceName(r.resource(res)): qty}}}
-		switch kind {
-		case "init":
-			c.Name = fmt.Sprintf("init-%d", len(p.Spec.InitContainers))
-			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
-		case "sidecar":
-			c.Name = fmt.Sprintf("sidecar-%d", len(p.Spec.InitContainers))
+	for _, cs := range specs {
+		c := v1.Container{Name: cs.Name, Resources: v1.ResourceRequirements{Limits: v1.ResourceList{
+			v1.ResourceName(r.resource(cs.Resource)): *resource.NewQuantity(int64(cs.Count), resource.DecimalSI)}}}
+		switch cs.Kind {
+		case AppContainer:
+			p.Spec.Containers = append(p.Spec.Containers, c)
+		case SidecarContainer:
 			c.RestartPolicy = &always
 			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
 		default:
-			c.Name = fmt.Sprintf("app-%d", len(p.Spec.Containers))
-			p.Spec.Containers = append(p.Spec.Containers, c)
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
 		}
-	}
-	if len(p.Spec.Containers) == 0 {
-		return nil, fmt.Errorf("pod %s has no app container", name)
 	}
 	return p, nil
 }
