@@ -105,25 +105,36 @@ func (w *world) isRegularInit(p *simPod, ctr string) bool {
 	return false
 }
 
-func (w *world) checkAssignments() *Violation {
+// eachRunningGrant calls check for every grant a running container started with, in pod
+// arrival, container and resource order, and returns the first violation.
+func (w *world) eachRunningGrant(check func(p *simPod, ctr, res string, g grant) *Violation) *Violation {
 	for _, name := range w.order {
 		p := w.pods[name]
 		if !p.running || !p.live() {
 			continue
 		}
 		for _, c := range p.containers {
-			for res, g := range p.given[c.name] {
-				got := w.st.ContainerDevices(p.uid, c.name, res)
-				switch {
-				case got == nil:
-					return &Violation{Invariant: KeepsAssignment, Detail: fmt.Sprintf("running %s/%s lost its %s %s", p.name, c.name, res, g.ids)}
-				case sortedIDs(got) != g.ids:
-					return &Violation{Invariant: KeepsAssignment, Detail: fmt.Sprintf("running %s/%s holds %s %s, started with %s", p.name, c.name, res, sortedIDs(got), g.ids)}
+			for _, res := range state.SortedKeys(p.given[c.name]) {
+				if v := check(p, c.name, res, p.given[c.name][res]); v != nil {
+					return v
 				}
 			}
 		}
 	}
 	return nil
+}
+
+func (w *world) checkAssignments() *Violation {
+	return w.eachRunningGrant(func(p *simPod, ctr, res string, g grant) *Violation {
+		got := w.st.ContainerDevices(p.uid, ctr, res)
+		switch {
+		case got == nil:
+			return &Violation{Invariant: KeepsAssignment, Detail: fmt.Sprintf("running %s/%s lost its %s %s", p.name, ctr, res, g.ids)}
+		case sortedIDs(got) != g.ids:
+			return &Violation{Invariant: KeepsAssignment, Detail: fmt.Sprintf("running %s/%s holds %s %s, started with %s", p.name, ctr, res, sortedIDs(got), g.ids)}
+		}
+		return nil
+	})
 }
 
 func (w *world) checkRejections() *Violation {
@@ -172,20 +183,12 @@ func (w *world) checkCheckpoint() *Violation {
 		}
 		onDisk[e.PodUID+"/"+e.ContainerName+"/"+e.ResourceName] = sortedIDs(ids)
 	}
-	for _, name := range w.order {
-		p := w.pods[name]
-		if !p.running || !p.live() {
-			continue
+	return w.eachRunningGrant(func(p *simPod, ctr, res string, g grant) *Violation {
+		if got, ok := onDisk[p.uid+"/"+ctr+"/"+res]; !ok || got != g.ids {
+			return &Violation{Invariant: CheckpointRestores, Detail: fmt.Sprintf("the checkpoint would restore %s/%s %s as %q, it runs with %s", p.name, ctr, res, got, g.ids)}
 		}
-		for _, c := range p.containers {
-			for res, g := range p.given[c.name] {
-				if got, ok := onDisk[p.uid+"/"+c.name+"/"+res]; !ok || got != g.ids {
-					return &Violation{Invariant: CheckpointRestores, Detail: fmt.Sprintf("the checkpoint would restore %s/%s %s as %q, it runs with %s", p.name, c.name, res, got, g.ids)}
-				}
-			}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (w *world) checkCapacity() *Violation {
@@ -223,28 +226,18 @@ func (w *world) checkCapacity() *Violation {
 }
 
 func (w *world) checkRunOptions() *Violation {
-	for _, name := range w.order {
-		p := w.pods[name]
-		if !p.running || !p.live() {
-			continue
+	return w.eachRunningGrant(func(p *simPod, ctr, res string, g grant) *Violation {
+		a := w.st.Allocations(p.uid, ctr)[res]
+		switch {
+		case a == nil:
+			return nil // reported as a lost assignment
+		case respFingerprint(a.Resp) != g.resp:
+			return &Violation{Invariant: RunOptionsFromPlugin, Detail: fmt.Sprintf("%s/%s %s runs with %q, its plugin answered %q", p.name, ctr, res, respFingerprint(a.Resp), g.resp)}
+		case !strings.Contains(g.resp, "KDM_DEVICES="+g.ids+";"):
+			return &Violation{Invariant: RunOptionsFromPlugin, Detail: fmt.Sprintf("%s/%s %s holds %s but its plugin's answer was for %q", p.name, ctr, res, g.ids, g.resp)}
 		}
-		for _, c := range p.containers {
-			allocs := w.st.Allocations(p.uid, c.name)
-			for res, g := range p.given[c.name] {
-				a := allocs[res]
-				if a == nil {
-					continue // reported as a lost assignment
-				}
-				if got := respFingerprint(a.Resp); got != g.resp {
-					return &Violation{Invariant: RunOptionsFromPlugin, Detail: fmt.Sprintf("%s/%s %s runs with %q, its plugin answered %q", p.name, c.name, res, got, g.resp)}
-				}
-				if !strings.Contains(g.resp, "KDM_DEVICES="+g.ids+";") {
-					return &Violation{Invariant: RunOptionsFromPlugin, Detail: fmt.Sprintf("%s/%s %s holds %s but its plugin's answer was for %q", p.name, c.name, res, g.ids, g.resp)}
-				}
-			}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (w *world) checkReservations() *Violation {
