@@ -17,9 +17,9 @@ import (
 // watchManifests keeps the agent's pods in step with the manifest directory: at start, on
 // every file event and every ResyncPeriod. After the first pass every pod of the directory
 // has been admitted, and the source reports ready through sourceReady. A directory that does
-// not exist is never created: it is logged and watched until it appears (see manifestDir). A
-// manifest that fails to parse within manifestDebounce of being written is read again shortly
-// instead of being reported: it is most likely still being written.
+// not exist is never created: it is logged and watched until it appears (see manifestDir). New
+// content younger than manifestDebounce is read again shortly instead of being admitted or
+// reported: it is most likely still being written.
 func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -46,9 +46,23 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 		}
 		return settled
 	}
-	for _, settled := range sync() {
+	// The first listing waits out files held back as still being written (for at most
+	// manifestSettle): a pod that ran before a restart and whose file is being rewritten must
+	// not count as gone when the sources become ready.
+	firstUntil := a.clock.Now().Add(manifestSettle)
+	for {
+		for _, settled := range sync() {
+			select {
+			case <-settled:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if src.retryIn() == 0 || !a.clock.Now().Before(firstUntil) {
+			break
+		}
 		select {
-		case <-settled:
+		case <-retry.C():
 		case <-ctx.Done():
 			return nil
 		}

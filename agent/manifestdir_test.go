@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,9 +134,10 @@ func TestManifestHalfWrittenIsNotReported(t *testing.T) {
 	f.waitLog(logs, "Skipped pod manifest", `broken.yaml: kind is \"Service\"`)
 }
 
-// TestManifestDebounce: on the source's own clock, a file that cannot be used is held back, with
-// a retry asked for, while younger than manifestDebounce, and reported after; a good file is
-// used at once.
+// TestManifestDebounce: on the source's own clock, new content is held back, with a retry asked
+// for, while younger than manifestDebounce, and judged after: a file that cannot be used is
+// reported, and a good file, whose first part may already be a valid pod, is used. A file
+// stamped ahead of the clock is judged at once.
 func TestManifestDebounce(t *testing.T) {
 	s := newTestSource(t)
 	clock := time.Now()
@@ -162,10 +164,104 @@ func TestManifestDebounce(t *testing.T) {
 		t.Fatalf("retryIn %v after the file was judged, want 0", d)
 	}
 
-	// A good file is used at once, however young.
+	// A good file waits out the debounce too: it may be the first part of a longer pod.
 	s.write("b.yaml", manifestBody("b", "uid-b", 1))
-	clock = time.Now().Add(-time.Second)
+	fi, err = os.Stat(filepath.Join(s.dir, "b.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	written = stampOf(fi).changedAt()
+	clock = written.Add(manifestDebounce / 2)
+	if pods, _ := s.mustScan(); len(pods) != 0 {
+		t.Fatalf("young good file: pods %v, want nothing yet", pods)
+	}
+	if d := s.retryIn(); d <= 0 || d > manifestDebounce/2 {
+		t.Fatalf("retryIn %v for the young good file, want a retry within %v", d, manifestDebounce/2)
+	}
+	clock = written.Add(manifestDebounce)
 	if pods, _ := s.mustScan(); pods["b"] != "uid-b" {
-		t.Fatalf("young good file: pods %v", pods)
+		t.Fatalf("settled good file: pods %v", pods)
+	}
+
+	// A file stamped ahead of the source's clock is judged at once.
+	s.write("c.yaml", manifestBody("c", "uid-c", 1))
+	clock = time.Now().Add(-time.Second)
+	if pods, _ := s.mustScan(); pods["c"] != "uid-c" {
+		t.Fatalf("file stamped ahead of the clock: pods %v", pods)
+	}
+}
+
+// writeInTwoParts writes body over the file in place (truncating it) as two writes, pause apart,
+// cut where the first part is itself a valid pod: the containers are written, the resources not
+// yet.
+func writeInTwoParts(t *testing.T, path, body string, pause time.Duration) {
+	t.Helper()
+	cut := strings.Index(body, "    resources:")
+	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := file.WriteString(body[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pause)
+	if _, err := file.WriteString(body[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := file.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestManifestValidPrefixIsNotAdmitted: a manifest written in place whose first part is already
+// a valid pod, one asking for no device, is admitted only as the whole file, with its device.
+func TestManifestValidPrefixIsNotAdmitted(t *testing.T) {
+	f := newFixture(t)
+	a, _ := f.runWith(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
+	f.plugin("g0", "g1")
+	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+
+	// 60 ms: past the 20 ms event coalescing, within manifestDebounce.
+	writeInTwoParts(t, filepath.Join(f.pods, "prefix.yaml"), manifestBody("prefix", "uid-prefix", 1), 60*time.Millisecond)
+	st := f.waitFor(a, "prefix admitted", func(st NodeStatus) bool { p := phase(st, "prefix"); return p != nil && p.Phase == PhaseAdmitted })
+	p := phase(st, "prefix")
+	if got := a.Manager().GetDevices(string(p.UID), "main")["example.com/gpu"]; len(got) != 1 || p.Warning != "" {
+		t.Fatalf("prefix holds %v with warning %q; want 1 device and no warning (the half-written version was admitted)", got, p.Warning)
+	}
+}
+
+// TestRestartWhileAManifestIsRewritten: a pod admitted before a restart whose file is being
+// rewritten in place when the agent starts again keeps its devices: the first listing waits for
+// the file to settle instead of counting the pod as gone and releasing its devices.
+func TestRestartWhileAManifestIsRewritten(t *testing.T) {
+	f := newFixture(t)
+	a, stop := f.runWith(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
+	f.plugin("g0", "g1")
+	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	path := filepath.Join(f.pods, "keeper.yaml")
+	body := manifestBody("keeper", "uid-keeper", 1)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(a, "keeper admitted", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	before := fmt.Sprint(a.Manager().GetDevices("uid-keeper", "main"))
+	stop()
+
+	// The file is cut short (truncated, one byte written) when the agent starts again, and
+	// written whole a moment later.
+	if err := os.WriteFile(path, []byte(body[:1]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
+	time.Sleep(50 * time.Millisecond)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(b, "keeper restored", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	if after := fmt.Sprint(b.Manager().GetDevices("uid-keeper", "main")); after != before {
+		t.Fatalf("keeper held %s before the restart, %s after", before, after)
+	}
+	if strings.Contains(logs(), "devices released") {
+		t.Fatalf("keeper was released while its file was being rewritten:\n%s", logs())
 	}
 }

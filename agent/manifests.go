@@ -29,10 +29,14 @@ const MaxManifestSize = 10 << 20
 // times. Such a file is read again on the next pass; its content hash avoids a re-parse.
 const manifestSettle = 2 * time.Second
 
-// manifestDebounce is how long after its last change a manifest that cannot be used (empty,
-// unparseable, not a valid pod) is taken to be still in the writing: cp and shell redirections
-// create the file and fill it in several writes. Such a file is read again once it is this old
-// before its problem is reported (and, if it fails validation, before its pod is rejected).
+// manifestDebounce is how long after its last change a manifest's new content is taken to be
+// still in the writing: cp, editors and shell redirections truncate or create the file and fill
+// it in several writes, and the first part of a pod may itself be a valid pod (one whose
+// resources are not written yet). New content is judged only once the file has been left alone
+// this long: before it is admitted, before its problem is reported, before a pod that fails
+// validation is rejected. Until then the file's last good version, if any, stays. A file whose
+// change time is ahead of the source's clock is judged at once, so a future timestamp (touch -d)
+// cannot hold a pod back.
 const manifestDebounce = 200 * time.Millisecond
 
 // manifestPod is a pod read from the manifest directory, with the file it came from. A pod
@@ -220,6 +224,11 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 		f.hash, f.read = hash, true
 		return false, nil // back to the last good version, after an empty or partial one
 	}
+	// A file still being written is judged once it has been left alone for manifestDebounce;
+	// its hash is not recorded, so the next pass reads it again.
+	if s.holdBack(stamp) {
+		return false, nil
+	}
 	var pod *v1.Pod
 	var perr, verr error
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -228,11 +237,6 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 		perr = fmt.Errorf("pod manifest %s: %w", path, perr)
 	} else {
 		verr = validatePod(pod)
-	}
-	// A file still being written is judged once it has been left alone for manifestDebounce;
-	// its hash is not recorded, so the next pass reads it again.
-	if (perr != nil || verr != nil) && s.holdBack(stamp) {
-		return false, nil
 	}
 	f.hash, f.read = hash, true
 	if perr != nil {
@@ -256,8 +260,9 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 // holdBack reports whether a file that changed at stamp is too young to be judged (see
 // manifestDebounce), and if so makes sure the source asks to be scanned again once it is not.
 func (s *manifestSource) holdBack(stamp fileStamp) bool {
-	ready := stamp.changedAt().Add(s.debounce)
-	if s.debounce <= 0 || !s.now().Before(ready) {
+	changed := stamp.changedAt()
+	ready := changed.Add(s.debounce)
+	if now := s.now(); s.debounce <= 0 || now.Before(changed) || !now.Before(ready) {
 		return false
 	}
 	if s.retryAt.IsZero() || ready.Before(s.retryAt) {
