@@ -134,7 +134,7 @@ func (m *Manager) runOptionsLocked(podUID, container string) *RunContainerOption
 		m.log.Error(nil, "Conflicting device run option; keeping the first", "kind", kind, "key", key, "kept", kept, "dropped", dropped, "podUID", podUID, "containerName", container)
 	}
 	for _, res := range state.SortedKeys(resources) {
-		resp := resources[res].Resp
+		resp := resources[res].Response()
 		if resp == nil {
 			continue
 		}

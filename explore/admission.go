@@ -282,7 +282,7 @@ func (w *world) admitted(a *admission) {
 		if len(allocs) > 0 {
 			g := map[string]grant{}
 			for res, al := range allocs {
-				g[res] = grant{ids: sortedIDs(al.IDs()), resp: respFingerprint(al.Resp)}
+				g[res] = grant{ids: sortedIDs(al.IDs()), resp: respFingerprint(al.Response())}
 			}
 			p.given[c.name] = g
 		}

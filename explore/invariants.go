@@ -231,8 +231,8 @@ func (w *world) checkRunOptions() *Violation {
 		switch {
 		case a == nil:
 			return nil // reported as a lost assignment
-		case respFingerprint(a.Resp) != g.resp:
-			return &Violation{Invariant: RunOptionsFromPlugin, Detail: fmt.Sprintf("%s/%s %s runs with %q, its plugin answered %q", p.name, ctr, res, respFingerprint(a.Resp), g.resp)}
+		case respFingerprint(a.Response()) != g.resp:
+			return &Violation{Invariant: RunOptionsFromPlugin, Detail: fmt.Sprintf("%s/%s %s runs with %q, its plugin answered %q", p.name, ctr, res, respFingerprint(a.Response()), g.resp)}
 		case !strings.Contains(g.resp, "KDM_DEVICES="+g.ids+";"):
 			return &Violation{Invariant: RunOptionsFromPlugin, Detail: fmt.Sprintf("%s/%s %s holds %s but its plugin's answer was for %q", p.name, ctr, res, g.ids, g.resp)}
 		}

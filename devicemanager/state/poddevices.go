@@ -2,6 +2,7 @@ package state
 
 import (
 	"sort"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -14,14 +15,33 @@ import (
 const NoTopology int64 = -1
 
 // Allocation is what one container holds of one resource: the device IDs per NUMA node and
-// the plugin's Allocate answer for them. The owner must not modify it.
+// the plugin's Allocate answer for them (see Response). The owner must not modify it.
 type Allocation struct {
 	Devices checkpoint.DevicesPerNUMA
-	Resp    *pluginapi.ContainerAllocateResponse
-	raw     []byte // Resp in wire form, as checkpointed; nil if it could not be marshalled
+	// resp is the decoded answer: set at once for a new allocation, on first use for one
+	// restored from a checkpoint, whose raw form was checked to decode (validAllocResp).
+	resp atomic.Pointer[pluginapi.ContainerAllocateResponse]
+	raw  []byte // the answer in wire form, as checkpointed; nil if it could not be marshalled
 	// entry is the allocation's checkpoint entry, made when it is recorded (nil when raw is):
 	// an allocation never changes, so its encoding is kept from one write to the next.
 	entry *checkpoint.Entry
+}
+
+// Response returns the plugin's Allocate answer, nil if there is none. An allocation restored
+// from a checkpoint keeps the answer in wire form until it is first asked for: a restart with
+// many pods does not build answers that only a container start reads. Safe for concurrent use.
+func (a *Allocation) Response() *pluginapi.ContainerAllocateResponse {
+	if r := a.resp.Load(); r != nil || a.raw == nil {
+		return r
+	}
+	r := &pluginapi.ContainerAllocateResponse{}
+	if err := proto.Unmarshal(a.raw, r); err != nil {
+		// Restored answers are checked with validAllocResp, which accepts exactly what
+		// Unmarshal does; an answer that does not decode is treated as none.
+		return nil
+	}
+	a.resp.CompareAndSwap(nil, r)
+	return a.resp.Load()
 }
 
 // IDs returns the allocation's device IDs, each once.
@@ -37,7 +57,10 @@ func (a *Allocation) IDs() sets.Set[string] {
 // marshals resp otherwise, deterministically (map fields in key order), so that one answer
 // is always written as the same bytes.
 func newAllocation(devs checkpoint.DevicesPerNUMA, resp *pluginapi.ContainerAllocateResponse, raw []byte) *Allocation {
-	a := &Allocation{Devices: devs, Resp: resp, raw: raw}
+	a := &Allocation{Devices: devs, raw: raw}
+	if resp != nil {
+		a.resp.Store(resp)
+	}
 	if a.raw == nil && resp != nil {
 		if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(resp); err == nil {
 			a.raw = b

@@ -4,9 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/sets"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
 )
@@ -96,8 +94,9 @@ func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []
 	}
 	defer s.order.rebuild(s.pods)
 	for _, e := range entries {
-		resp := &pluginapi.ContainerAllocateResponse{}
-		if err := proto.Unmarshal(e.AllocResp, resp); err != nil {
+		// The answer stays in wire form until first needed (Allocation.Response); only
+		// whether it decodes is checked now, as an entry whose answer does not is dropped.
+		if !validAllocResp(e.AllocResp) {
 			bad = append(bad, e)
 			continue
 		}
@@ -109,7 +108,7 @@ func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []
 		if raw == nil {
 			raw = []byte{}
 		}
-		s.record(e.PodUID, e.ContainerName, e.ResourceName, newAllocation(devs, resp, raw))
+		s.record(e.PodUID, e.ContainerName, e.ResourceName, newAllocation(devs, nil, raw))
 	}
 	return bad
 }
