@@ -127,9 +127,18 @@ func (s *Store) Write(d *Data) error {
 // Write(p.Data()), with each entry's JSON taken from its cache. The file is
 // built in a buffer the Store keeps for the next write, so that writing a
 // large checkpoint again and again does not allocate its size each time.
-func (s *Store) WritePrepared(p *Prepared) error {
+func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, true) }
+
+// WritePreparedNoDirSync is WritePrepared without the final directory fsync,
+// for a change that a crash may undo. The file is replaced as atomically as
+// ever (written, fsynced and renamed, so a crash never leaves a partial
+// file), but until the directory is next synced, by any later Write or
+// WritePrepared, a crash may bring back the checkpoint this one replaced.
+func (s *Store) WritePreparedNoDirSync(p *Prepared) error { return s.writePrepared(p, false) }
+
+func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	if p == nil {
-		return s.Write(nil)
+		p = &Prepared{} // written as the zero Data, as Write(nil) writes it
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,19 +147,26 @@ func (s *Store) WritePrepared(p *Prepared) error {
 		return &FileError{Path: s.path, Err: err}
 	}
 	s.buf = b
-	return s.writeLocked(b, len(p.Entries))
+	return s.replaceLocked(b, len(p.Entries), dirSync)
 }
 
-// writeLocked replaces the checkpoint with b, the encoding of entries entries. Callers hold mu.
-func (s *Store) writeLocked(b []byte, entries int) error {
-	if err := writeFileAtomic(s.dir, s.path, b); err != nil {
+// writeLocked replaces the checkpoint with b, the encoding of entries entries, durably.
+// Callers hold mu.
+func (s *Store) writeLocked(b []byte, entries int) error { return s.replaceLocked(b, entries, true) }
+
+// replaceLocked replaces the checkpoint with b, the encoding of entries entries, and fsyncs the
+// directory when dirSync is set. Callers hold mu.
+func (s *Store) replaceLocked(b []byte, entries int, dirSync bool) error {
+	if err := writeFileAtomic(s.dir, s.path, b, dirSync); err != nil {
 		return &FileError{Path: s.path, Err: err}
 	}
-	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", len(b), "entries", entries)
+	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", len(b), "entries", entries, "dirSynced", dirSync)
 	return nil
 }
 
-func writeFileAtomic(dir, path string, b []byte) (err error) {
+// writeFileAtomic replaces path with b through a temporary file in dir: write, fsync, close,
+// rename, and, with dirSync, fsync dir so that the rename is durable.
+func writeFileAtomic(dir, path string, b []byte, dirSync bool) (err error) {
 	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("create temporary file: %w", err)
@@ -174,14 +190,20 @@ func writeFileAtomic(dir, path string, b []byte) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename temporary file: %w", err)
 	}
+	if !dirSync {
+		return nil
+	}
 	if err := syncDir(dir); err != nil {
 		return err // the rename happened: keep the new file
 	}
 	return nil
 }
 
-// syncDir fsyncs a directory so that renames and removals in it are durable.
-func syncDir(dir string) error {
+// syncDir fsyncs a directory so that renames and removals in it are durable. Tests replace it
+// to count the syncs.
+var syncDir = fsyncDir
+
+func fsyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open directory for sync: %w", err)

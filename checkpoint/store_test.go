@@ -400,3 +400,53 @@ func TestStoreConcurrent(t *testing.T) {
 		t.Errorf("temporary files left: %v", tf)
 	}
 }
+
+// TestStoreWritePreparedNoDirSync: the write without a directory sync replaces the file with
+// the same bytes as WritePrepared, leaves no temporary file, and syncs the directory only in
+// the durable variants.
+func TestStoreWritePreparedNoDirSync(t *testing.T) {
+	var syncs int
+	orig := syncDir
+	syncDir = func(dir string) error { syncs++; return orig(dir) }
+	t.Cleanup(func() { syncDir = orig })
+
+	dir := t.TempDir()
+	s := newTestStore(t, StoreConfig{Dir: dir})
+	d := sampleData()
+	p := &Prepared{}
+	for _, e := range d.PodDeviceEntries {
+		p.Entries = append(p.Entries, NewEntry(e))
+	}
+	for res, ids := range d.RegisteredDevices {
+		p.Registered = append(p.Registered, NewRegistered(res, ids))
+	}
+	want, err := Encode(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		name      string
+		write     func(*Prepared) error
+		wantSyncs int
+	}{
+		{"WritePreparedNoDirSync", s.WritePreparedNoDirSync, 0},
+		{"WritePrepared", s.WritePrepared, 1},
+	} {
+		syncs = 0
+		if err := os.Remove(s.Path()); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if err := w.write(p); err != nil {
+			t.Fatalf("%s: %v", w.name, err)
+		}
+		if raw, err := os.ReadFile(s.Path()); err != nil || !bytes.Equal(raw, want) {
+			t.Errorf("%s wrote %s (%v), want %s", w.name, raw, err, want)
+		}
+		if syncs != w.wantSyncs {
+			t.Errorf("%s synced the directory %d times, want %d", w.name, syncs, w.wantSyncs)
+		}
+		if tf := tempFiles(t, dir); len(tf) != 0 {
+			t.Errorf("%s left temporary files: %v", w.name, tf)
+		}
+	}
+}

@@ -33,9 +33,18 @@ func (m *Manager) writeCheckpointLocked() error {
 	if m.store == nil {
 		return errors.New("checkpoint store is not open: the manager has not been started")
 	}
-	if err := m.store.WritePrepared(data); err != nil {
+	// A write that changes nothing a restart reads (a device list, a health flip) skips the
+	// directory sync: a crash that undoes it loses nothing.
+	view := restartViewOf(data)
+	write := m.store.WritePrepared
+	if m.synced.equal(view) {
+		write = m.store.WritePreparedNoDirSync
+	}
+	if err := write(data); err != nil {
+		m.synced = restartView{}
 		return fmt.Errorf("failed to write checkpoint file %q: %w", checkpoint.FileName, err)
 	}
+	m.synced = view
 	return nil
 }
 

@@ -83,6 +83,9 @@ type Manager struct {
 
 	writeMu       sync.Mutex    // serialises checkpoint writes
 	writeRequests chan struct{} // capacity 1: a coalesced device-list write is wanted
+	// synced is what a restart would read back from the last write whose directory was
+	// synced; guarded by writeMu (see restartView).
+	synced restartView
 
 	serveErr error // the registration server's Serve error, under mu
 

@@ -22,11 +22,11 @@ import (
 type wireField uint8
 
 const (
-	unknownWireField wireField = iota
-	stringWireField            // string: length-delimited, valid UTF-8
-	boolWireField              // bool: varint
-	stringMapWireField         // map<string, string>: a length-delimited entry per pair
-	messageWireField           // a nested message, checked with the field's schema
+	unknownWireField   wireField = iota
+	stringWireField              // string: length-delimited, valid UTF-8
+	boolWireField                // bool: varint
+	stringMapWireField           // map<string, string>: a length-delimited entry per pair
+	messageWireField             // a nested message, checked with the field's schema
 )
 
 // wireSchema describes one message: the kind of each field number and, for nested messages,
