@@ -183,3 +183,30 @@ func BenchmarkJSON(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecode measures Decode (parse and verify) of Encode's output,
+// the restart path. The encoding-json sub-benchmarks run the same Decode
+// with the reflection-based V2 parser only, for comparison.
+func BenchmarkDecode(b *testing.B) {
+	paths := []struct {
+		name  string
+		parse func([]byte) (*fileV2, error)
+	}{{"", parseV2}, {"encoding-json/", parseV2JSON}}
+	for _, path := range paths {
+		for _, n := range benchSizes {
+			b.Run(fmt.Sprintf("%spods=%d", path.name, n), func(b *testing.B) {
+				in, err := Encode(benchData(b, n))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(in)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, _, err := decode(in, path.parse); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

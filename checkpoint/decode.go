@@ -6,13 +6,16 @@ import (
 	"fmt"
 )
 
-// fileV2 and fileV1 are the two on-disk shapes. Decoding uses encoding/json,
-// like the kubelet: keys match case-insensitively, unknown keys are ignored,
-// null gives nil, [] and {} give non-nil empty values, and "" gives a non-nil
-// empty AllocResp. Because the exported types carry the kubelet's type names,
-// decoder errors read exactly like the kubelet's (for example "json: cannot
-// unmarshal array into Go struct field PodDevicesEntry.Data.PodDeviceEntries.
-// DeviceIDs of type checkpoint.DevicesPerNUMA").
+// fileV2 and fileV1 are the two on-disk shapes. Decoding means what
+// encoding/json means, like the kubelet: keys match case-insensitively,
+// unknown keys are ignored, null gives nil, [] and {} give non-nil empty
+// values, and "" gives a non-nil empty AllocResp. Because the exported types
+// carry the kubelet's type names, decoder errors read exactly like the
+// kubelet's (for example "json: cannot unmarshal array into Go struct field
+// PodDevicesEntry.Data.PodDeviceEntries.DeviceIDs of type
+// checkpoint.DevicesPerNUMA"). The plain V2 files kdm and the kubelet write
+// take a reflection-free parser with the same results (parseV2Fast);
+// everything else goes through encoding/json itself.
 type fileV2 struct {
 	Data     Data
 	Checksum uint64
@@ -25,8 +28,19 @@ type fileV1 struct {
 
 // parseV2 decodes b into a fresh V2 file whose entry list and registered
 // devices start as non-nil empty values, as the kubelet's reader does; a
-// file that omits those keys therefore hashes them as [] and map[].
+// file that omits those keys therefore hashes them as [] and map[]. Plain
+// input takes parseV2Fast; the result is the same as parseV2JSON's.
 func parseV2(b []byte) (*fileV2, error) {
+	if f, ok := parseV2Fast(b); ok {
+		return f, nil
+	}
+	return parseV2JSON(b)
+}
+
+// parseV2JSON is parseV2 with encoding/json alone: the reference for every
+// input, and the path for whatever parseV2Fast leaves alone. Its errors are
+// the kubelet's.
+func parseV2JSON(b []byte) (*fileV2, error) {
 	f := &fileV2{Data: Data{
 		PodDeviceEntries:  []PodDevicesEntry{},
 		RegisteredDevices: map[string][]string{},
@@ -71,7 +85,13 @@ func classify(v2err error) error {
 // (wrapping the decoder's error), or *ChecksumError; all match ErrCorrupt.
 // Decode never panics, whatever b holds, and does not retain b.
 func Decode(b []byte) (*Data, Layout, error) {
-	v2, v2err := parseV2(b)
+	return decode(b, parseV2)
+}
+
+// decode is Decode with the V2 parser passed in, so tests can run the
+// encoding/json-only path (parseV2JSON) beside the real one.
+func decode(b []byte, parse func([]byte) (*fileV2, error)) (*Data, Layout, error) {
+	v2, v2err := parse(b)
 	if v2err == nil {
 		computed := uint64(Checksum(&v2.Data))
 		if v2.Checksum == computed {
@@ -98,7 +118,13 @@ func Decode(b []byte) (*Data, Layout, error) {
 // the layout the file fits (V2 preferred) and the stored checksum. Errors
 // are ErrNotJSON or ErrUnknownLayout as for Decode.
 func DecodeUnverified(b []byte) (*Data, Layout, uint64, error) {
-	v2, v2err := parseV2(b)
+	return decodeUnverified(b, parseV2)
+}
+
+// decodeUnverified is DecodeUnverified with the V2 parser passed in, like
+// decode.
+func decodeUnverified(b []byte, parse func([]byte) (*fileV2, error)) (*Data, Layout, uint64, error) {
+	v2, v2err := parse(b)
 	if v2err == nil {
 		return &v2.Data, LayoutV2, v2.Checksum, nil
 	}
