@@ -12,7 +12,9 @@ import (
 
 // Run opens the plugin's ListAndWatch stream and calls onDevices synchronously, in order, with
 // the device list of each message (nil or empty for an empty list). The callback owns the
-// slice; a slow callback slows the stream, it never drops or merges messages.
+// slice; a slow callback slows the stream, it never drops or merges messages. While the
+// callback runs, the next message is received and decoded (one message ahead, never more), so
+// a callback that writes to disk does not also wait for the next list's decoding.
 //
 // Run always returns a non-nil error saying why the stream ended:
 //   - ErrStopped (errors.Is) when Stop was called, or when the endpoint was already stopped
@@ -34,14 +36,38 @@ func (e *Endpoint) Run(ctx context.Context, onDevices func([]*pluginapi.Device))
 	if err != nil {
 		return e.streamEnded(ctx, err)
 	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return e.streamEnded(ctx, err)
-		}
+	msgs, ended := receiveAhead(sctx, stream)
+	for resp := range msgs { // ends when the receiver does: no goroutine outlives Run
 		e.log.V(2).Info("State pushed for device plugin", "resourceCapacity", len(resp.GetDevices()))
 		onDevices(resp.GetDevices())
 	}
+	return e.streamEnded(ctx, *ended)
+}
+
+// receiveAhead receives the stream's messages on a goroutine and hands them over, in order, on
+// the returned channel, which it closes once Recv fails or ctx ends; *ended then holds Recv's
+// error (or ctx's). The channel is unbuffered, so the goroutine holds at most one message that
+// the reader has not taken.
+func receiveAhead(ctx context.Context, stream grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse]) (<-chan *pluginapi.ListAndWatchResponse, *error) {
+	msgs := make(chan *pluginapi.ListAndWatchResponse)
+	ended := new(error)
+	go func() {
+		defer close(msgs)
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				*ended = err
+				return
+			}
+			select {
+			case msgs <- resp:
+			case <-ctx.Done():
+				*ended = ctx.Err()
+				return
+			}
+		}
+	}()
+	return msgs, ended
 }
 
 // streamEnded classifies why a ListAndWatch stream ended; see Run.
