@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	stub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
 )
@@ -43,6 +45,32 @@ func BenchmarkFloor(b *testing.B) {
 		for b.Loop() {
 			c()
 			w()
+		}
+	})
+	b.Run("listandwatch,devices=1000", func(b *testing.B) {
+		// The transport of BenchmarkListAndWatchUpdate alone: the same plugin stub sends the
+		// same lists, and a receiver that does nothing with them decodes each with gRPC's
+		// standard codec; the op ends when the list has been received.
+		const n = 1000
+		sock := filepath.Join(shortDir(b), "gpu.sock")
+		s := stub.NewDevicePluginStub(logr.Discard(), deviceList(n), sock, resourceName, false, false)
+		if err := s.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Stop(logr.Discard()) })
+		received := noopReceiver(b, sock)
+		<-received // the first list
+		healthy, flipped := deviceList(n), deviceList(n)
+		flipped[0].Health = pluginapi.Unhealthy
+		i := 0
+		for b.Loop() {
+			list := flipped
+			if i%2 == 1 {
+				list = healthy
+			}
+			s.Update(list)
+			<-received
+			i++
 		}
 	})
 	b.Run("write,pods=10000", func(b *testing.B) {
@@ -95,6 +123,38 @@ func emptyRPC(b *testing.B) func() {
 	}
 	call() // connect outside the timed loop
 	return call
+}
+
+// noopReceiver opens a ListAndWatch stream to the plugin at sock and signals each message
+// received, doing nothing else with it.
+func noopReceiver(b *testing.B, sock string) <-chan struct{} {
+	b.Helper()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	received := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+			select {
+			case received <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	b.Cleanup(func() { cancel(); _ = conn.Close(); <-done })
+	return received
 }
 
 // smallWrite returns a function replacing a 64-byte file: write a temporary file, fsync it,
