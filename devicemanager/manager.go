@@ -200,7 +200,8 @@ func (m *Manager) Start(ctx context.Context, src Sources) error {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		if err := m.server.Serve(lis); err != nil {
+		// ErrServerStopped: Stop came before Serve began, a clean stop like any other.
+		if err := m.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			m.log.Error(err, "Device plugin registration server stopped serving")
 			m.mu.Lock()
 			m.serveErr = err

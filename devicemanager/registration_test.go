@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -56,6 +58,39 @@ func TestStartStop(t *testing.T) {
 	unstarted, _ := New(Config{PluginDir: shortDir(t)})
 	if err := unstarted.Stop(); err != nil {
 		t.Fatalf("Stop before Start: %v", err)
+	}
+}
+
+// TestStopRightAfterStartIsClean: a Stop that comes before the registration server began
+// serving is a clean stop: no error is logged and none is kept for the health checks.
+func TestStopRightAfterStartIsClean(t *testing.T) {
+	var errorsLogged atomic.Int64
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, `"error"=`) || strings.Contains(args, `"err"=`) {
+			errorsLogged.Add(1)
+		}
+	}, funcr.Options{})
+	dir := shortDir(t)
+	for range 30 {
+		m, err := New(Config{PluginDir: dir, Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(context.Background(), Sources{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Stop(); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		m.mu.Lock()
+		serveErr := m.serveErr
+		m.mu.Unlock()
+		if serveErr != nil {
+			t.Fatalf("a clean stop left a serve error: %v", serveErr)
+		}
+	}
+	if n := errorsLogged.Load(); n != 0 {
+		t.Fatalf("%d errors logged by 30 start-stop cycles, want none", n)
 	}
 }
 
