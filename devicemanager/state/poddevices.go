@@ -1,6 +1,7 @@
 package state
 
 import (
+	"slices"
 	"sort"
 	"sync/atomic"
 
@@ -87,22 +88,47 @@ func (p podDevices) set(podUID, container, resource string, a *Allocation) {
 
 // hold adds (delta 1) or drops (delta -1) one container's hold on the allocation's devices.
 func (s *State) hold(res string, a *Allocation, delta int) {
-	for id := range a.IDs() {
-		counts := s.held[res]
-		if counts == nil {
-			counts = map[string]int{}
-			s.held[res] = counts
-		}
+	counts := s.held[res]
+	if counts == nil {
+		counts = map[string]int{}
+		s.held[res] = counts
+	}
+	a.eachID(func(id string) {
 		before := counts[id]
-		if counts[id] += delta; counts[id] <= 0 {
+		after := before + delta
+		if after <= 0 {
 			delete(counts, id)
+		} else {
+			counts[id] = after
 		}
-		if (before > 0) != (counts[id] > 0) {
+		if (before > 0) != (after > 0) {
 			s.refreshFree(res, id)
 		}
-	}
-	if len(s.held[res]) == 0 {
+	})
+	if len(counts) == 0 {
 		delete(s.held, res)
+	}
+}
+
+// eachID calls f with each of the allocation's device IDs once. A device under several NUMA
+// nodes is named once per node; a short list under one node (the common case) is checked for
+// repeats in place rather than through a set.
+func (a *Allocation) eachID(f func(id string)) {
+	if len(a.Devices) == 1 {
+		for _, ids := range a.Devices {
+			if len(ids) > 16 {
+				break
+			}
+			for i, id := range ids {
+				if !slices.Contains(ids[:i], id) {
+					f(id)
+				}
+			}
+			return
+		}
+	}
+	for id := range a.IDs() {
+		f(id)
 	}
 }
 
