@@ -56,13 +56,13 @@ func Read(path string, limit int64, follow bool) ([]byte, fs.FileInfo, error) {
 		return nil, nil, &NotRegularError{Mode: fi.Mode()}
 	}
 	if limit <= 0 {
-		data, err := io.ReadAll(f)
+		data, err := readAll(f, fi.Size())
 		return data, fi, err
 	}
 	if fi.Size() > limit {
 		return nil, nil, &TooLargeError{Size: fi.Size(), Limit: limit}
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	data, err := readAll(io.LimitReader(f, limit+1), fi.Size())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -70,6 +70,25 @@ func Read(path string, limit int64, follow bool) ([]byte, fs.FileInfo, error) {
 		return nil, nil, &TooLargeError{Size: -1, Limit: limit}
 	}
 	return data, fi, nil
+}
+
+// readAll reads r to its end into a buffer made for size bytes (the file's size when opened),
+// as os.ReadFile does: one allocation unless the file grew meanwhile.
+func readAll(r io.Reader, size int64) ([]byte, error) {
+	buf := make([]byte, 0, max(size, 0)+512) // room to see EOF without growing
+	for {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+	}
 }
 
 // Kind names a file type for an operator: "a named pipe", "a directory", ...
