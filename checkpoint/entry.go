@@ -116,67 +116,100 @@ func EncodePrepared(p *Prepared) ([]byte, error) {
 
 // appendPrepared appends the checkpoint file for p (not nil) to dst.
 func appendPrepared(dst []byte, p *Prepared) ([]byte, error) {
-	reg := p.Registered
+	reg, size, err := planPrepared(p)
+	if err != nil {
+		return nil, err
+	}
+	buf := slices.Grow(dst, size)
+	sum := emitPrepared(p, reg, func(b []byte) { buf = append(buf, b...) })
+	return appendChecksumTail(buf, sum), nil
+}
+
+// planPrepared checks that every piece of p encodes (the only failure is ErrInvalidUTF8, found
+// before anything is written) and returns p's registered pairs sorted by resource and the
+// file's approximate size.
+func planPrepared(p *Prepared) (reg []*Registered, size int, err error) {
+	reg = p.Registered
 	if len(reg) > 1 && !slices.IsSortedFunc(reg, compareRegistered) {
 		reg = slices.SortedFunc(slices.Values(reg), compareRegistered)
 	}
-	size := 96
+	size = 96
 	for _, e := range p.Entries {
 		t := e.encoded()
 		if t.bad {
-			return nil, fmt.Errorf("%w: %q", ErrInvalidUTF8, t.badUTF8)
+			return nil, 0, fmt.Errorf("%w: %q", ErrInvalidUTF8, t.badUTF8)
 		}
 		size += len(t.json) + 1
 	}
 	for _, r := range reg {
 		t := r.encoded()
 		if t.bad {
-			return nil, fmt.Errorf("%w: %q", ErrInvalidUTF8, t.badUTF8)
+			return nil, 0, fmt.Errorf("%w: %q", ErrInvalidUTF8, t.badUTF8)
 		}
 		size += len(t.json) + 1
 	}
-	var sum uint32
-	buf := slices.Grow(dst, size)
-	if len(p.Entries) >= parallelChecksumEntries {
-		done := make(chan uint32, 1)
-		go func() { done <- checksumPrepared(p.Entries, p.Registered == nil, reg) }()
-		buf = appendPreparedJSON(buf, p.Entries, p.Registered == nil, reg)
-		sum = <-done
-	} else {
-		sum = checksumPrepared(p.Entries, p.Registered == nil, reg)
-		buf = appendPreparedJSON(buf, p.Entries, p.Registered == nil, reg)
+	return reg, size, nil
+}
+
+// emitPrepared passes the file for p up to and including the Data object to emit, piece by
+// piece, and returns the checksum. With parallelChecksumEntries entries or more, the checksum
+// is computed on a second goroutine while the pieces are emitted (a writer's syscalls overlap
+// the hashing); emitPrepared joins it before returning.
+func emitPrepared(p *Prepared, reg []*Registered, emit func([]byte)) uint32 {
+	if len(p.Entries) < parallelChecksumEntries {
+		sum := checksumPrepared(p.Entries, p.Registered == nil, reg)
+		emitPreparedJSON(emit, p.Entries, p.Registered == nil, reg)
+		return sum
 	}
+	done := make(chan uint32, 1)
+	go func() { done <- checksumPrepared(p.Entries, p.Registered == nil, reg) }()
+	emitPreparedJSON(emit, p.Entries, p.Registered == nil, reg)
+	return <-done
+}
+
+// appendChecksumTail appends the end of the file: the checksum and the closing brace.
+func appendChecksumTail(buf []byte, sum uint32) []byte {
 	buf = append(buf, `,"Checksum":`...)
 	buf = strconv.AppendUint(buf, uint64(sum), 10)
-	return append(buf, '}'), nil
+	return append(buf, '}')
 }
 
 func compareRegistered(a, b *Registered) int { return cmp.Compare(a.Resource, b.Resource) }
 
-// appendJoined emits null when isNil, else the pieces' JSON separated by commas between open
-// and close.
-func appendJoined[T any](buf []byte, items []T, isNil bool, open, close byte, piece func(T) []byte) []byte {
+// The constant pieces of a Prepared file.
+var (
+	jsonFileHead   = []byte(`{"Data":{"PodDeviceEntries":`)
+	jsonRegistered = []byte(`,"RegisteredDevices":`)
+	jsonNull       = []byte("null")
+	jsonPunct      = []byte("[]{},")
+)
+
+// emitJoined emits null when isNil, else the pieces' JSON separated by commas between open
+// and close (each one byte of jsonPunct).
+func emitJoined[T any](emit func([]byte), items []T, isNil bool, open, close []byte, piece func(T) []byte) {
 	if isNil {
-		return append(buf, "null"...)
+		emit(jsonNull)
+		return
 	}
-	buf = append(buf, open)
+	emit(open)
+	comma := jsonPunct[4:5]
 	for i, it := range items {
 		if i > 0 {
-			buf = append(buf, ',')
+			emit(comma)
 		}
-		buf = append(buf, piece(it)...)
+		emit(piece(it))
 	}
-	return append(buf, close)
+	emit(close)
 }
 
-// appendPreparedJSON emits the file up to and including the Data object from the cached
+// emitPreparedJSON emits the file up to and including the Data object from the cached
 // pieces; reg is sorted by resource, regNil says whether it stands for a nil map.
-func appendPreparedJSON(buf []byte, entries []*Entry, regNil bool, reg []*Registered) []byte {
-	buf = append(buf, `{"Data":{"PodDeviceEntries":`...)
-	buf = appendJoined(buf, entries, entries == nil, '[', ']', func(e *Entry) []byte { return e.encoded().json })
-	buf = append(buf, `,"RegisteredDevices":`...)
-	buf = appendJoined(buf, reg, regNil, '{', '}', func(r *Registered) []byte { return r.encoded().json })
-	return append(buf, '}')
+func emitPreparedJSON(emit func([]byte), entries []*Entry, regNil bool, reg []*Registered) {
+	emit(jsonFileHead)
+	emitJoined(emit, entries, entries == nil, jsonPunct[0:1], jsonPunct[1:2], func(e *Entry) []byte { return e.encoded().json })
+	emit(jsonRegistered)
+	emitJoined(emit, reg, regNil, jsonPunct[2:3], jsonPunct[3:4], func(r *Registered) []byte { return r.encoded().json })
+	emit(jsonPunct[3:4])
 }
 
 // checksumPrepared is the checksum of the Prepared whose pieces are given (reg sorted by

@@ -159,14 +159,15 @@ func TestEntryChecksumMemo(t *testing.T) {
 	}
 }
 
-// TestWritePrepared writes a large then a small content through one Store (the second reuses
-// the first's buffer) and reads each back.
+// TestWritePrepared writes contents of several sizes through one Store (each reuses the
+// previous one's write buffer) and reads each back: 1500 entries take the parallel checksum
+// and go through the buffer several times over.
 func TestWritePrepared(t *testing.T) {
 	s, err := NewStore(StoreConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []*Data{benchData(t, 20), benchData(t, 2), {}} {
+	for _, d := range []*Data{benchData(t, 1500), benchData(t, 20), benchData(t, 2), {}} {
 		if err := s.WritePrepared(prepare(d)); err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,10 @@
 package checkpoint
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,9 +44,12 @@ type Store struct {
 	quarantine bool
 	clock      clock.PassiveClock
 
-	mu  sync.Mutex
-	buf []byte // WritePrepared's output, kept for the next one
+	mu sync.Mutex
+	bw *bufio.Writer // WritePrepared's write buffer, kept for the next one
 }
+
+// writeBufferSize is the size of the buffer WritePrepared writes the file through.
+const writeBufferSize = 256 << 10
 
 // NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
 // creates the directory with DirMode if it is missing, and removes temporary
@@ -125,8 +130,10 @@ func (s *Store) Write(d *Data) error {
 
 // WritePrepared is Write for Prepared content: the same file as
 // Write(p.Data()), with each entry's JSON taken from its cache. The file is
-// built in a buffer the Store keeps for the next write, so that writing a
-// large checkpoint again and again does not allocate its size each time.
+// written piece by piece through a buffer the Store keeps, while the
+// checksum, which ends the file, is computed on a second goroutine: a large
+// checkpoint is neither built in memory whole nor hashed before its writing
+// starts.
 func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, true) }
 
 // WritePreparedNoDirSync is WritePrepared without the final directory fsync,
@@ -140,33 +147,72 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	if p == nil {
 		p = &Prepared{} // written as the zero Data, as Write(nil) writes it
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, err := appendPrepared(s.buf[:0], p)
+	reg, _, err := planPrepared(p)
 	if err != nil {
 		return &FileError{Path: s.path, Err: err}
 	}
-	s.buf = b
-	return s.replaceLocked(b, len(p.Entries), dirSync)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	size := 0
+	err = s.replaceLocked(len(p.Entries), dirSync, func(f io.Writer) error {
+		if s.bw == nil {
+			s.bw = bufio.NewWriterSize(f, writeBufferSize)
+		}
+		s.bw.Reset(f)
+		var werr error
+		sum := emitPrepared(p, reg, func(b []byte) {
+			if werr == nil {
+				_, werr = s.bw.Write(b)
+				size += len(b)
+			}
+		})
+		if werr != nil {
+			return werr
+		}
+		var tail [32]byte
+		t := appendChecksumTail(tail[:0], sum)
+		size += len(t)
+		if _, err := s.bw.Write(t); err != nil {
+			return err
+		}
+		return s.bw.Flush()
+	})
+	if s.bw != nil {
+		s.bw.Reset(nil) // let go of the file
+	}
+	if err != nil {
+		return err
+	}
+	s.logWrite(size, len(p.Entries), dirSync)
+	return nil
 }
 
 // writeLocked replaces the checkpoint with b, the encoding of entries entries, durably.
 // Callers hold mu.
-func (s *Store) writeLocked(b []byte, entries int) error { return s.replaceLocked(b, entries, true) }
-
-// replaceLocked replaces the checkpoint with b, the encoding of entries entries, and fsyncs the
-// directory when dirSync is set. Callers hold mu.
-func (s *Store) replaceLocked(b []byte, entries int, dirSync bool) error {
-	if err := writeFileAtomic(s.dir, s.path, b, dirSync); err != nil {
-		return &FileError{Path: s.path, Err: err}
+func (s *Store) writeLocked(b []byte, entries int) error {
+	if err := s.replaceLocked(entries, true, func(f io.Writer) error { _, err := f.Write(b); return err }); err != nil {
+		return err
 	}
-	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", len(b), "entries", entries, "dirSynced", dirSync)
+	s.logWrite(len(b), entries, true)
 	return nil
 }
 
-// writeFileAtomic replaces path with b through a temporary file in dir: write, fsync, close,
-// rename, and, with dirSync, fsync dir so that the rename is durable.
-func writeFileAtomic(dir, path string, b []byte, dirSync bool) (err error) {
+// replaceLocked replaces the checkpoint with what write writes, the encoding of entries
+// entries, and fsyncs the directory when dirSync is set. Callers hold mu.
+func (s *Store) replaceLocked(entries int, dirSync bool, write func(io.Writer) error) error {
+	if err := writeFileAtomic(s.dir, s.path, write, dirSync); err != nil {
+		return &FileError{Path: s.path, Err: err}
+	}
+	return nil
+}
+
+func (s *Store) logWrite(bytes, entries int, dirSync bool) {
+	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries, "dirSynced", dirSync)
+}
+
+// writeFileAtomic replaces path with what write writes through a temporary file in dir:
+// write, fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable.
+func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool) (err error) {
 	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("create temporary file: %w", err)
@@ -178,7 +224,7 @@ func writeFileAtomic(dir, path string, b []byte, dirSync bool) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(b); err != nil {
+	if err = write(f); err != nil {
 		return fmt.Errorf("write temporary file: %w", err)
 	}
 	if err = f.Sync(); err != nil {
