@@ -22,11 +22,10 @@ import (
 type wireField uint8
 
 const (
-	unknownWireField   wireField = iota
-	stringWireField              // string: length-delimited, valid UTF-8
-	boolWireField                // bool: varint
-	stringMapWireField           // map<string, string>: a length-delimited entry per pair
-	messageWireField             // a nested message, checked with the field's schema
+	unknownWireField wireField = iota
+	stringWireField            // string: length-delimited, valid UTF-8
+	boolWireField              // bool: varint
+	messageWireField           // a nested message (a map entry too), checked with its schema
 )
 
 // wireSchema describes one message: the kind of each field number and, for nested messages,
@@ -53,6 +52,14 @@ var (
 		}
 		return unknownWireField
 	}}
+	// stringMapEntrySchema is an entry of a map<string, string>: key 1, value 2. On the wire
+	// it is a message like any other, and the runtime checks it by the same rules.
+	stringMapEntrySchema = &wireSchema{fields: func(n protowire.Number) wireField {
+		if n == 1 || n == 2 {
+			return stringWireField
+		}
+		return unknownWireField
+	}}
 	cdiDeviceSchema = &wireSchema{fields: func(n protowire.Number) wireField {
 		if n == 1 { // name
 			return stringWireField
@@ -61,10 +68,7 @@ var (
 	}}
 	allocRespSchema = &wireSchema{
 		fields: func(n protowire.Number) wireField {
-			switch n {
-			case 1, 4: // envs, annotations
-				return stringMapWireField
-			case 2, 3, 5: // mounts, devices, cdi_devices
+			if n >= 1 && n <= 5 { // envs, mounts, devices, annotations, cdi_devices
 				return messageWireField
 			}
 			return unknownWireField
@@ -75,8 +79,10 @@ var (
 				return mountSchema
 			case 3:
 				return deviceSpecSchema
+			case 5:
+				return cdiDeviceSchema
 			}
-			return cdiDeviceSchema
+			return stringMapEntrySchema
 		},
 	}
 )
@@ -132,44 +138,8 @@ func consumeDeclared(b []byte, num protowire.Number, typ protowire.Type, s *wire
 	if n < 0 {
 		return n
 	}
-	var ok bool
-	switch kind {
-	case stringWireField:
-		ok = utf8.Valid(v)
-	case stringMapWireField:
-		ok = validStringMapEntry(v)
-	default:
-		ok = validWireMessage(v, s.messages(num))
-	}
-	if !ok {
+	if kind == stringWireField && !utf8.Valid(v) || kind == messageWireField && !validWireMessage(v, s.messages(num)) {
 		return -1
 	}
 	return n
-}
-
-// validStringMapEntry reports whether b is a well-formed map<string, string> entry: key (1)
-// and value (2) strings, unknown fields skipped.
-func validStringMapEntry(b []byte) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num > protowire.MaxValidNumber {
-			return false
-		}
-		b = b[n:]
-		n = errUnknownField
-		if (num == 1 || num == 2) && typ == protowire.BytesType {
-			var v []byte
-			if v, n = protowire.ConsumeBytes(b); n >= 0 && !utf8.Valid(v) {
-				return false
-			}
-		}
-		if n == errUnknownField {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }
