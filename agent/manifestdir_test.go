@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -263,5 +265,69 @@ func TestRestartWhileAManifestIsRewritten(t *testing.T) {
 	}
 	if strings.Contains(logs(), "devices released") {
 		t.Fatalf("keeper was released while its file was being rewritten:\n%s", logs())
+	}
+}
+
+// TestManifestBurstSettlesTogether: on the source's own clock, new pods wait until no manifest
+// of the directory has changed for manifestDebounce, so files that arrive together are judged
+// together; a file manifestSettle old is judged however busy the directory stays; and a valid
+// pod whose UID the agent admitted is judged at once.
+func TestManifestBurstSettlesTogether(t *testing.T) {
+	s := newTestSource(t)
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	stamp := func(name string) time.Time {
+		fi, err := os.Stat(filepath.Join(s.dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stampOf(fi).changedAt()
+	}
+	s.write("a.yaml", manifestBody("a", "uid-a", 1))
+	time.Sleep(20 * time.Millisecond)
+	s.write("b.yaml", manifestBody("b", "uid-b", 1))
+	a, b := stamp("a.yaml"), stamp("b.yaml")
+	if !b.After(a) {
+		t.Skipf("the file system gave both files the same change time (%v)", a)
+	}
+
+	// a alone is old enough, but b, written after it, is not: neither is judged.
+	clock = a.Add(manifestDebounce)
+	if pods, _ := s.mustScan(); len(pods) != 0 {
+		t.Fatalf("pods %v while the directory is still changing, want none", pods)
+	}
+	if d := s.retryIn(); d <= 0 || d > b.Sub(a)+time.Millisecond {
+		t.Fatalf("retryIn %v, want a retry when b is settled (%v)", d, b.Sub(a))
+	}
+	clock = b.Add(manifestDebounce)
+	if pods, _ := s.mustScan(); pods["a"] != "uid-a" || pods["b"] != "uid-b" {
+		t.Fatalf("settled directory: pods %v, want a and b together", pods)
+	}
+
+	// A pod whose UID is admitted is judged at once, young as its file is.
+	s.known = func(uid types.UID) bool { return uid == "uid-k" }
+	s.write("k.yaml", manifestBody("k", "uid-k", 1))
+	s.write("n.yaml", manifestBody("n", "uid-n", 1))
+	clock = stamp("n.yaml")
+	if pods, _ := s.mustScan(); pods["k"] != "uid-k" || pods["n"] != "" {
+		t.Fatalf("young files: pods %v, want the known k and not the new n", pods)
+	}
+
+	// A directory that never settles holds a file back for manifestSettle at most: here
+	// another file changed just now, at every moment.
+	changed := stamp("n.yaml")
+	at := func(t time.Time) fileStamp {
+		ts := syscall.NsecToTimespec(t.UnixNano())
+		return fileStamp{mtime: ts, ctime: ts}
+	}
+	for _, c := range []struct {
+		age  time.Duration
+		held bool
+	}{{manifestDebounce, true}, {manifestSettle - time.Millisecond, true}, {manifestSettle, false}} {
+		clock = changed.Add(c.age)
+		s.lastChange = clock
+		if got := s.holdBack(at(changed)); got != c.held {
+			t.Errorf("file %v old in a busy directory: held back %v, want %v", c.age, got, c.held)
+		}
 	}
 }

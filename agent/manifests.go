@@ -29,13 +29,18 @@ const MaxManifestSize = 10 << 20
 // times. Such a file is read again on the next pass; its content hash avoids a re-parse.
 const manifestSettle = 2 * time.Second
 
-// manifestDebounce is how long after its last change a manifest's new content is taken to be
-// still in the writing: cp, editors and shell redirections truncate or create the file and fill
-// it in several writes, and the first part of a pod may itself be a valid pod (one whose
-// resources are not written yet). New content is judged only once the file has been left alone
-// this long: before it is admitted, before its problem is reported, before a pod that fails
-// validation is rejected. Until then the file's last good version, if any, stays. A file whose
-// change time is ahead of the source's clock is judged at once, so a future timestamp (touch -d)
+// manifestDebounce is how long after the directory's last change a manifest's new content is
+// taken to be still in the writing: cp, editors and shell redirections truncate or create the
+// file and fill it in several writes, and the first part of a pod may itself be a valid pod (one
+// whose resources are not written yet). New content is judged once no manifest of the
+// directory has changed for this long, so files written or moved in together are also admitted
+// together, in order: before that it is not admitted, its problem is not reported and a pod
+// that fails validation is not rejected, and the file's last good version, if any, stays.
+//
+// Three exceptions keep the wait short and bounded. A valid pod whose UID the agent admitted
+// (known) is judged at once: its admission cannot change, so there is nothing to wait for. A
+// file whose own change is manifestSettle old is judged whatever else keeps changing. A change
+// time ahead of the source's clock does not count as recent, so a future timestamp (touch -d)
 // cannot hold a pod back.
 const manifestDebounce = 200 * time.Millisecond
 
@@ -68,6 +73,12 @@ type manifestSource struct {
 	// retryAt is when the earliest file held back by manifestDebounce in the last scan is old
 	// enough to be judged; zero when none was.
 	retryAt time.Time
+	// lastChange is, in the current scan, the latest change time of the directory's manifests
+	// that is not ahead of the clock.
+	lastChange time.Time
+	// known reports whether the agent admitted a pod with this UID (nil: none); see
+	// manifestDebounce.
+	known func(types.UID) bool
 }
 
 // manifestFile is what the source knows of one file.
@@ -145,6 +156,7 @@ func (s *manifestSource) scan() (map[types.UID]manifestPod, []error, error) {
 	var problems []error
 	listed := map[string]bool{}
 	s.retryAt = time.Time{}
+	s.lastChange = s.latestChange(entries)
 	for _, e := range entries {
 		name := e.Name()
 		if !isManifestName(name) {
@@ -172,6 +184,29 @@ func (s *manifestSource) scan() (map[types.UID]manifestPod, []error, error) {
 		}
 	}
 	return pods, problems, nil
+}
+
+// latestChange is the latest change time among the manifests listed in entries that is not
+// ahead of the clock (zero for a one-shot read, which holds nothing back).
+func (s *manifestSource) latestChange(entries []os.DirEntry) time.Time {
+	var latest time.Time
+	if s.debounce <= 0 {
+		return latest
+	}
+	now := s.now()
+	for _, e := range entries {
+		if !isManifestName(e.Name()) {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(s.dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if c := stampOf(fi).changedAt(); c.After(latest) && !c.After(now) {
+			latest = c
+		}
+	}
+	return latest
 }
 
 // refresh brings one file's entry up to date. gone is true when the file no longer exists (a
@@ -224,11 +259,6 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 		f.hash, f.read = hash, true
 		return false, nil // back to the last good version, after an empty or partial one
 	}
-	// A file still being written is judged once it has been left alone for manifestDebounce;
-	// its hash is not recorded, so the next pass reads it again.
-	if s.holdBack(stamp) {
-		return false, nil
-	}
 	var pod *v1.Pod
 	var perr, verr error
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -237,6 +267,12 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 		perr = fmt.Errorf("pod manifest %s: %w", path, perr)
 	} else {
 		verr = validatePod(pod)
+	}
+	// Content that may still be in the writing is judged once the directory has settled (see
+	// manifestDebounce); its hash is not recorded, so the next pass reads it again.
+	known := perr == nil && verr == nil && s.known != nil && s.known(pod.UID)
+	if !known && s.holdBack(stamp) {
+		return false, nil
 	}
 	f.hash, f.read = hash, true
 	if perr != nil {
@@ -257,12 +293,24 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 	return false, nil
 }
 
-// holdBack reports whether a file that changed at stamp is too young to be judged (see
-// manifestDebounce), and if so makes sure the source asks to be scanned again once it is not.
+// holdBack reports whether new content of a file that changed at stamp must wait for the
+// directory to settle (see manifestDebounce), and if so makes sure the source asks to be
+// scanned again when it may be judged.
 func (s *manifestSource) holdBack(stamp fileStamp) bool {
-	changed := stamp.changedAt()
-	ready := changed.Add(s.debounce)
-	if now := s.now(); s.debounce <= 0 || now.Before(changed) || !now.Before(ready) {
+	now, changed := s.now(), stamp.changedAt()
+	if s.debounce <= 0 || now.Before(changed) {
+		return false
+	}
+	giveUp := changed.Add(manifestSettle) // however busy the directory stays
+	ready := changed
+	if s.lastChange.After(ready) {
+		ready = s.lastChange
+	}
+	ready = ready.Add(s.debounce)
+	if giveUp.Before(ready) {
+		ready = giveUp
+	}
+	if !now.Before(ready) {
 		return false
 	}
 	if s.retryAt.IsZero() || ready.Before(s.retryAt) {

@@ -136,6 +136,16 @@ func (a *Agent) admittedBefore(uid types.UID) bool {
 	return r != nil && r.Phase == PhaseAdmitted
 }
 
+// admittedOrWaiting reports whether a pod with this UID is admitted (now or by an earlier run)
+// or waits for a device plugin: a version of it holds or is getting devices, and another
+// version cannot change that.
+func (a *Agent) admittedOrWaiting(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.results[uid]
+	return r != nil && (r.Phase == PhaseAdmitted || r.Phase == PhasePending)
+}
+
 // runningFirst orders the pods admitted by an earlier run before the others, keeping the
 // order within each group. Their admissions re-attach checkpointed devices without asking the
 // plugins; the sources count as ready once those are settled.
