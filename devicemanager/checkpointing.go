@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager/state"
@@ -233,7 +232,7 @@ func (m *Manager) recoverAllocations(why string) error {
 // checkRecoveredLocked compares the devices of recovered assignments with the first device
 // list the resource's plugin sends, and logs those it does not list. They stay assigned: the
 // plugin may list them later, and a running container holds them either way. Callers hold mu.
-func (m *Manager) checkRecoveredLocked(res string, listed map[string]*pluginapi.Device) {
+func (m *Manager) checkRecoveredLocked(res string) {
 	ids, ok := m.recovered[res]
 	if !ok {
 		return
@@ -241,7 +240,7 @@ func (m *Manager) checkRecoveredLocked(res string, listed map[string]*pluginapi.
 	delete(m.recovered, res)
 	var missing []string
 	for _, id := range sets.List(ids) {
-		if _, ok := listed[id]; !ok {
+		if !m.st.IsListed(res, id) {
 			missing = append(missing, id)
 		}
 	}

@@ -35,7 +35,7 @@ func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs [
 		return
 	}
 	changed := m.st.ApplyDeviceList(resource, devs)
-	m.checkRecoveredLocked(resource, m.st.Devices(resource))
+	m.checkRecoveredLocked(resource)
 	uids := m.st.PodsHolding(resource, changed)
 	m.mu.Unlock()
 

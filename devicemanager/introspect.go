@@ -161,8 +161,7 @@ func lessKey(a, b ContainerKey) bool {
 // device a container holds. Callers hold mu.
 func (m *Manager) deviceViewsLocked(res string, held map[string][]deviceHolder) []DeviceView {
 	ids := sets.New[string]()
-	all := m.st.Devices(res)
-	for id := range all {
+	for id := range m.st.Devices(res) {
 		ids.Insert(id)
 	}
 	healthy, unhealthy := m.st.Healthy(res), m.st.Unhealthy(res)
@@ -179,14 +178,11 @@ func (m *Manager) deviceViewsLocked(res string, held map[string][]deviceHolder) 
 		case unhealthy.Has(id):
 			d.Health = DeviceUnhealthy
 		}
-		if dev, ok := all[id]; ok && dev.Topology != nil {
-			for _, n := range dev.Topology.Nodes {
-				d.NUMANodes = append(d.NUMANodes, n.ID)
-			}
-		}
+		dev, listed := m.st.Device(res, id)
+		d.NUMANodes = append(d.NUMANodes, dev.NUMANodes...)
 		for _, h := range held[id] {
 			d.Holders = append(d.Holders, h.key)
-			if _, listed := all[id]; !listed {
+			if !listed {
 				d.NUMANodes = append(d.NUMANodes, h.nodes...)
 			}
 		}

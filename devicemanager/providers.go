@@ -55,10 +55,8 @@ func (m *Manager) GetAllocatableDevices() DeviceNUMA {
 		devs := map[string][]int64{}
 		for id := range m.st.Healthy(res) {
 			nodes := []int64{}
-			if d := m.st.Device(res, id); d != nil && d.Topology != nil {
-				for _, n := range d.Topology.Nodes {
-					nodes = append(nodes, n.ID)
-				}
+			if d, ok := m.st.Device(res, id); ok {
+				nodes = append(nodes, d.NUMANodes...)
 			}
 			devs[id] = nodes
 		}
@@ -105,7 +103,7 @@ func (m *Manager) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.PodStat
 			rs := v1.ResourceStatus{Name: v1.ResourceName(res)}
 			for _, id := range held[res].IDs().UnsortedList() {
 				health := v1.ResourceHealthStatusHealthy
-				if d := m.st.Device(res, id); d != nil && d.Health != pluginapi.Healthy {
+				if d, ok := m.st.Device(res, id); ok && d.Health != pluginapi.Healthy {
 					health = v1.ResourceHealthStatusUnhealthy
 				}
 				rs.Resources = append(rs.Resources, v1.ResourceHealth{ResourceID: v1.ResourceID(id), Health: health})

@@ -153,11 +153,15 @@ func (m *Manager) devicesToAllocate(ctx context.Context, pod *v1.Pod, container,
 		Reusable: reusable, SourcesReady: m.sourcesReady(), Hint: m.affinity(string(pod.UID), container)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// The plugin's preference is asked without mu; Select re-checks what comes back.
-	preferred := func(available, mustInclude sets.Set[string], size int) (sets.Set[string], error) {
-		m.mu.Unlock()
-		defer m.mu.Lock()
-		return m.preferredAllocation(ctx, res, available, mustInclude, size)
+	// The plugin's preference is asked without mu; Select re-checks what comes back. A plugin
+	// that offers none is not asked (nil), which spares Select a copy of the free devices.
+	var preferred state.PreferredFunc
+	if info, ok := m.endpoints[res]; !ok || info.opts.GetGetPreferredAllocationAvailable() {
+		preferred = func(available, mustInclude sets.Set[string], size int) (sets.Set[string], error) {
+			m.mu.Unlock()
+			defer m.mu.Lock()
+			return m.preferredAllocation(ctx, res, available, mustInclude, size)
+		}
 	}
 	ids, outcome, err := m.st.Select(req, preferred)
 	if outcome == state.KeptRunning {

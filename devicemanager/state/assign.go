@@ -31,21 +31,18 @@ func (s *State) Release(res string, ids sets.Set[string]) {
 // the resource's list.
 func (s *State) DevicesPerNUMA(res string, ids sets.Set[string]) (checkpoint.DevicesPerNUMA, string, bool) {
 	devs := checkpoint.DevicesPerNUMA{}
-	var all map[string]*pluginapi.Device
-	if r := s.resources[res]; r != nil {
-		all = r.all
-	}
+	l := s.listed(res)
 	for _, id := range sets.List(ids) {
-		d, ok := all[id]
-		if !ok {
+		if !l.has(id) {
 			return nil, id, false
 		}
-		if d.Topology == nil || len(d.Topology.Nodes) == 0 {
+		nodes := l.nodes(id)
+		if len(nodes) == 0 {
 			devs[NoTopology] = append(devs[NoTopology], id)
 			continue
 		}
-		for _, n := range d.Topology.Nodes {
-			devs[n.ID] = append(devs[n.ID], id)
+		for _, n := range nodes {
+			devs[n] = append(devs[n], id)
 		}
 	}
 	return devs, "", true

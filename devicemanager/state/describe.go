@@ -15,8 +15,16 @@ func (s *State) Describe(w io.Writer) {
 		r := s.resources[name]
 		fmt.Fprintf(w, "resource %s connected=%v listed=%v named=%v stopped=%d healthy=%v unhealthy=%v devices=",
 			name, r.connected, r.listed, r.named, r.stoppedAt.UnixNano(), sets.List(r.healthy), sets.List(r.unhealthy))
-		for _, id := range SortedKeys(r.all) {
-			fmt.Fprintf(w, "%s:%s:%v,", id, r.all[id].Health, r.all[id].Topology)
+		if r.devs != nil {
+			for _, id := range SortedKeys(r.devs.byID) {
+				d, _ := r.devs.lookup(id)
+				fmt.Fprintf(w, "%s:%s:", id, d.Health)
+				if d.NUMANodes == nil {
+					fmt.Fprint(w, "-,")
+				} else {
+					fmt.Fprintf(w, "%v,", d.NUMANodes)
+				}
+			}
 		}
 		fmt.Fprintln(w)
 	}

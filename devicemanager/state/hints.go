@@ -29,9 +29,9 @@ func (s *State) Hints(requests map[string]int, held, reusable func(string) sets.
 			hints[res] = s.generateHints(res, allocated, sets.New[string](), request, machineNodes)
 			continue
 		}
-		available := s.Available(res)
+		available := s.available(res)
 		reuse := reusable(res)
-		if available.Union(reuse).Len() < request {
+		if available.Len()+reuse.Difference(available).Len() < request {
 			hints[res] = []TopologyHint{}
 			continue
 		}
@@ -47,12 +47,9 @@ func (s *State) Hints(requests map[string]int, held, reusable func(string) sets.
 func (s *State) deviceNUMANodes(res string, machineNodes []int) []int {
 	machine := sets.New(machineNodes...)
 	nodes := sets.New[int]()
-	for id := range s.devices(res) {
-		for _, n := range s.deviceNodes(res, id) {
-			if !machine.Has(n) {
-				continue
-			}
-			nodes.Insert(n)
+	for _, n := range s.listed(res).deviceNUMANodes() {
+		if machine.Has(int(n)) {
+			nodes.Insert(int(n))
 		}
 	}
 	if nodes.Len() == 0 {
@@ -68,47 +65,53 @@ func (s *State) deviceNUMANodes(res string, machineNodes []int) []int {
 // is neither checked nor counted, as in the kubelet. Hints of the smallest size that could
 // hold the request over all devices are preferred. With no nodes at all the list is empty;
 // beyond 62 nodes it is nil (no preference) rather than an enumeration of 2^n subsets.
+// Devices are counted per distinct topology, so the cost per subset does not grow with the
+// number of devices.
 func (s *State) generateHints(res string, available, reusable sets.Set[string], request int, machineNodes []int) []TopologyHint {
 	nodes := s.deviceNUMANodes(res, machineNodes)
 	if len(nodes) > 62 {
 		return nil
 	}
-	touches := func(id string, mask uint64) bool {
-		for _, n := range s.deviceNodes(res, id) {
-			if i := sort.SearchInts(nodes, n); i < len(nodes) && nodes[i] == n && mask&(1<<uint(i)) != 0 {
+	touches := func(devNodes []int64, mask uint64) bool {
+		for _, n := range devNodes {
+			if i := sort.SearchInts(nodes, int(n)); i < len(nodes) && nodes[i] == int(n) && mask&(1<<uint(i)) != 0 {
 				return true
 			}
 		}
 		return false
+	}
+	l := s.listed(res)
+	if l == nil {
+		l = newDeviceTable(0)
+	}
+	availablePerTopology := make([]int, len(l.topologies))
+	for id := range available {
+		availablePerTopology[l.byID[id].topology()]++
 	}
 	minSize := len(nodes)
 	hints := []TopologyHint{}
 	var masks []uint64
 	forEachSubset(len(nodes), func(mask uint64) {
 		size := bits.OnesCount64(mask)
-		total := 0
-		for id := range s.devices(res) {
-			if touches(id, mask) {
-				total++
+		total, matching := 0, 0
+		for i, t := range l.topologies {
+			if touches(t.nodes, mask) {
+				total += t.devices
+				matching += availablePerTopology[i]
 			}
 		}
 		if total >= request && size < minSize {
 			minSize = size
 		}
-		matching := 0
 		for id := range reusable {
-			if d := s.device(res, id); d == nil || d.Topology == nil {
+			devNodes := l.nodes(id)
+			if devNodes == nil {
 				continue
 			}
-			if !touches(id, mask) {
+			if !touches(devNodes, mask) {
 				return
 			}
 			matching++
-		}
-		for id := range available {
-			if touches(id, mask) {
-				matching++
-			}
 		}
 		if matching >= request {
 			masks = append(masks, mask)

@@ -228,10 +228,16 @@ func (s *State) IsAllocated(res, id string) bool { return s.held[res][id] > 0 }
 // pod UID order. The kubelet matches IDs across all resources; the core matches within the
 // resource, so equal IDs of two resources cannot wake the wrong pod.
 func (s *State) PodsHolding(res string, ids []string) []string {
-	if len(ids) == 0 {
-		return nil
+	held := s.held[res]
+	want := sets.New[string]()
+	for _, id := range ids {
+		if held[id] > 0 {
+			want.Insert(id)
+		}
 	}
-	want := sets.New(ids...)
+	if want.Len() == 0 {
+		return nil // no pod holds any of them: no need to look at the pods
+	}
 	var uids []string
 	for _, podUID := range SortedKeys(s.pods) {
 	containers:

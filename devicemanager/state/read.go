@@ -1,10 +1,10 @@
 package state
 
 import (
+	"iter"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // The read accessors below return the state's own sets and maps: read them, never change or
@@ -46,11 +46,27 @@ func (s *State) Unhealthy(res string) sets.Set[string] {
 	return nil
 }
 
-// Device returns the device as its plugin last listed it; nil if not listed.
-func (s *State) Device(res, id string) *pluginapi.Device { return s.device(res, id) }
+// Device returns the device as its plugin last listed it, and whether it is listed.
+func (s *State) Device(res, id string) (ListedDevice, bool) { return s.listed(res).lookup(id) }
 
-// Devices returns the resource's listed devices by ID; nil if none.
-func (s *State) Devices(res string) map[string]*pluginapi.Device { return s.devices(res) }
+// Devices returns the resource's listed devices, in no particular order. The state must not
+// change while the sequence is iterated.
+func (s *State) Devices(res string) iter.Seq2[string, ListedDevice] {
+	l := s.listed(res)
+	return func(yield func(string, ListedDevice) bool) {
+		if l == nil {
+			return
+		}
+		for id, info := range l.byID {
+			if !yield(id, ListedDevice{Health: l.health(id, info), NUMANodes: l.topologies[info.topology()].nodes}) {
+				return
+			}
+		}
+	}
+}
+
+// IsListed reports whether the resource's plugin listed the device.
+func (s *State) IsListed(res, id string) bool { return s.listed(res).has(id) }
 
 // Allocated returns the devices of the resource some container holds, as a new set.
 func (s *State) Allocated(res string) sets.Set[string] {

@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 )
@@ -27,7 +28,8 @@ type Request struct {
 
 // PreferredFunc asks the resource's plugin which of available it prefers (GetPreferredAllocation),
 // always including mustInclude, size devices in all. An empty set means no preference. The owner
-// may release its lock during the call; Select re-checks what it gets against the state.
+// may release its lock during the call; Select re-checks what it gets against the state. The
+// sets are the function's to read, not to change.
 type PreferredFunc func(available, mustInclude sets.Set[string], size int) (sets.Set[string], error)
 
 // Outcome says why Select returned no devices without an error.
@@ -49,7 +51,8 @@ const (
 // registered, at least one healthy device, the container's cached devices still healthy; then
 // devices from the reuse pool, NUMA-aligned devices, the plugin's preference, the rest. The
 // chosen devices are reserved: the caller Commits or Releases them. On error nothing is
-// reserved.
+// reserved. A nil preferred means the plugin offers no preference: nothing is asked, and
+// nothing is copied for the asking.
 func (s *State) Select(req Request, preferred PreferredFunc) (sets.Set[string], Outcome, error) {
 	res := req.Resource
 	needed := req.Required
@@ -79,20 +82,18 @@ func (s *State) Select(req Request, preferred PreferredFunc) (sets.Set[string], 
 	}
 
 	chosen := sets.New[string]()
-	// take reserves devices of ids (sorted, for a deterministic choice among equals) that are
-	// healthy now and not reserved or (unless mayBeHeld) held by anyone, until the request
-	// is met. It reads the state afresh: the preference call may have changed it.
+	// take reserves devices of ids (the smallest IDs first, for a deterministic choice among
+	// equals) that are healthy now and not reserved or (unless mayBeHeld) held by anyone,
+	// until the request is met. It reads the state afresh: the preference call may have
+	// changed it.
 	take := func(ids sets.Set[string], mayBeHeld bool) bool {
-		for _, id := range sets.List(ids) {
-			if needed == 0 {
-				break
-			}
+		eligible := func(id string) bool {
 			if chosen.Has(id) || !s.isHealthy(res, id) || s.pending[res].Has(id) {
-				continue
+				return false
 			}
-			if !mayBeHeld && s.IsAllocated(res, id) {
-				continue
-			}
+			return mayBeHeld || !s.IsAllocated(res, id)
+		}
+		for _, id := range smallestEligible(ids, needed, eligible) {
 			chosen.Insert(id)
 			s.reserve(res, id)
 			needed--
@@ -107,13 +108,23 @@ func (s *State) Select(req Request, preferred PreferredFunc) (sets.Set[string], 
 	if take(req.Reusable, true) {
 		return chosen, Picked, nil
 	}
-	available := s.Available(res)
+	// Without a preference call the lock is held throughout: the kept set is read as is.
+	available := s.available(res)
+	if preferred != nil {
+		available = available.Clone()
+	}
 	if available.Len() < needed {
 		return fail(fmt.Errorf("requested number of devices unavailable for %s. Requested: %d, Available: %d", res, needed, available.Len()))
 	}
 	aligned, unaligned, noAffinity := s.filterByAffinity(req.Hint, res, available)
 	ask := func(avail sets.Set[string]) (sets.Set[string], error) {
-		return preferred(avail.Union(chosen), chosen.Clone(), req.Required)
+		if preferred == nil {
+			return nil, nil
+		}
+		if chosen.Len() > 0 {
+			avail = avail.Union(chosen)
+		}
+		return preferred(avail, chosen.Clone(), req.Required)
 	}
 	if needed < aligned.Len() {
 		pref, err := ask(aligned)
@@ -145,20 +156,63 @@ func (s *State) isHealthy(res, id string) bool {
 
 // Available returns the resource's healthy devices that nobody holds or has reserved. The set
 // is the caller's. Its cost is that of the devices it returns: the set is kept between calls.
-func (s *State) Available(res string) sets.Set[string] {
+func (s *State) Available(res string) sets.Set[string] { return s.available(res).Clone() }
+
+// available is Available's kept set itself: read it, and only until the state changes.
+func (s *State) available(res string) sets.Set[string] {
 	r := s.resources[res]
 	if r == nil {
 		return sets.New[string]()
 	}
 	if r.free == nil {
-		r.free = sets.New[string]()
+		r.free = make(sets.Set[string], r.healthy.Len())
 		for id := range r.healthy {
 			if s.isFree(res, id) {
 				r.free.Insert(id)
 			}
 		}
 	}
-	return r.free.Clone()
+	return r.free
+}
+
+// maxPartialPick is the largest number of devices smallestEligible picks by keeping the
+// smallest candidates seen; beyond it, it sorts.
+const maxPartialPick = 64
+
+// smallestEligible returns, in ascending order, the n smallest IDs of ids that eligible
+// accepts (fewer if there are not so many). eligible must not change the state. Picking a few
+// devices out of a million costs one pass over them, not a sort.
+func smallestEligible(ids sets.Set[string], n int, eligible func(string) bool) []string {
+	if n <= 0 {
+		return nil
+	}
+	if n > maxPartialPick || n*8 >= ids.Len() {
+		var out []string
+		for _, id := range sortedSet(ids) {
+			if len(out) == n {
+				break
+			}
+			if eligible(id) {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	best := make([]string, 0, n) // sorted
+	for id := range ids {
+		if len(best) == n && id >= best[n-1] {
+			continue
+		}
+		if !eligible(id) {
+			continue
+		}
+		if len(best) == n {
+			best = best[:n-1]
+		}
+		i, _ := slices.BinarySearch(best, id)
+		best = slices.Insert(best, i, id)
+	}
+	return best
 }
 
 // isFree reports whether the device is healthy, not held and not reserved.

@@ -23,10 +23,7 @@ func (s *State) Prepared() *checkpoint.Prepared {
 	reg := make([]*checkpoint.Registered, 0, len(s.resources))
 	for name, r := range s.resources {
 		if r.hasSets() {
-			if r.registered == nil {
-				r.registered = checkpoint.NewRegistered(name, sets.List(r.healthy))
-			}
-			reg = append(reg, r.registered)
+			reg = append(reg, r.registered.get(name, r.healthy))
 		}
 	}
 	var entries []*checkpoint.Entry

@@ -6,8 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"github.com/kdm-project/kdm/checkpoint"
 )
 
 // ContainerKey names one container of one pod.
@@ -30,15 +28,18 @@ type Options struct {
 
 // resource is what the core knows of one device-plugin resource.
 type resource struct {
-	// all, healthy and unhealthy are nil until a device list arrives (or the resource is
-	// restored from a checkpoint with no devices). healthy ∪ unhealthy are the IDs of all,
-	// except after a disconnect, which moves every healthy device to unhealthy and leaves all
-	// as the plugin last listed it.
-	all                map[string]*pluginapi.Device
+	// devs, healthy and unhealthy are nil until a device list arrives (or the resource is
+	// restored from a checkpoint with no devices). healthy ∪ unhealthy are the IDs of devs;
+	// a device's set follows its listed health, except after a disconnect, which moves every
+	// healthy device to unhealthy and leaves devs as the plugin last listed it.
+	devs               *deviceTable
 	healthy, unhealthy sets.Set[string]
-	// registered is healthy, sorted, as the checkpoint registers it; nil until a snapshot
-	// needs it after healthy changed. Snapshots share it: it is replaced, never modified.
-	registered *checkpoint.Registered
+	// setsFollowList: every listed device is in the set its listed health names. A repeated
+	// ID (unhealthy wins) or a disconnect breaks it; a list updated in place restores it.
+	setsFollowList bool
+	// registered is healthy, sorted, as the checkpoint registers it. Snapshots share its
+	// lists: they are replaced, never modified.
+	registered registeredCache
 	// free is healthy less the devices held or reserved, as Available returns it; nil until
 	// Available needs it after healthy changed. Holds and reservations keep it up to date.
 	free sets.Set[string]
@@ -110,9 +111,17 @@ func (s *State) Disconnect(res string, now time.Time) bool {
 		r.stoppedAt = now
 	}
 	r.connected = false
-	if r.hasSets() {
-		r.unhealthy = r.unhealthy.Union(r.healthy)
-		r.healthy, r.registered, r.free = sets.New[string](), nil, nil
+	if r.hasSets() && r.healthy.Len() > 0 {
+		// Move the smaller set into the larger one rather than copying both.
+		moved := r.healthy
+		if moved.Len() > r.unhealthy.Len() {
+			moved, r.unhealthy = r.unhealthy, moved
+		}
+		for id := range moved {
+			r.unhealthy.Insert(id)
+		}
+		r.healthy, r.free, r.setsFollowList = sets.New[string](), nil, false
+		r.registered.changed()
 	}
 	return true
 }
@@ -125,14 +134,16 @@ func (s *State) AddRestored(res string, now time.Time) {
 		return
 	}
 	s.resources[res] = &resource{healthy: sets.New[string](), unhealthy: sets.New[string](),
-		all: map[string]*pluginapi.Device{}, stoppedAt: now}
+		devs: newDeviceTable(0), stoppedAt: now}
 }
 
-// ApplyDeviceList makes devs the resource's device list, replacing healthy, unhealthy and all
-// devices entirely, and marks the current instance as listed. It returns the IDs that are new
-// or changed health, each once. A repeated ID counts once, and as unhealthy if any of its
-// entries says so. When the list names the same devices as before (a health flip), the sets
-// are updated in place. The caller makes sure devs come from the current instance.
+// ApplyDeviceList makes devs the resource's device list, replacing healthy, unhealthy and the
+// listed devices entirely, and marks the current instance as listed. It returns the IDs that
+// are new or changed health, each once. A repeated ID counts once, and as unhealthy if any of
+// its entries says so. When the list names the same devices with the same topologies as
+// before (a health flip), the sets are updated in place. The state keeps nothing of devs: the
+// caller may reuse or drop the message. The caller makes sure devs come from the current
+// instance.
 func (s *State) ApplyDeviceList(res string, devs []*pluginapi.Device) []string {
 	r := s.resources[res]
 	if r == nil {
@@ -145,76 +156,6 @@ func (s *State) ApplyDeviceList(res string, devs []*pluginapi.Device) []string {
 		return changed
 	}
 	return r.rebuild(devs)
-}
-
-func (r *resource) rebuild(devs []*pluginapi.Device) []string {
-	old := r.all
-	var changed []string
-	healthy, unhealthy := sets.New[string](), sets.New[string]()
-	all := make(map[string]*pluginapi.Device, len(devs))
-	for _, d := range devs {
-		if d.Health == pluginapi.Healthy {
-			healthy.Insert(d.ID)
-		} else {
-			unhealthy.Insert(d.ID)
-		}
-		if _, repeated := all[d.ID]; !repeated {
-			if prev, ok := old[d.ID]; !ok || prev.Health != d.Health {
-				changed = append(changed, d.ID)
-			}
-		}
-		all[d.ID] = d
-	}
-	// A repeated ID makes healthy and unhealthy overlap; unhealthy wins, as the list's
-	// last word for that ID may be either and a device in both sets could be allocated.
-	healthy = healthy.Difference(unhealthy)
-	r.healthy, r.unhealthy, r.all, r.registered, r.free = healthy, unhealthy, all, nil, nil
-	return changed
-}
-
-// updateInPlace applies a list that names exactly the current devices by updating the
-// existing sets and map; it reports false, having changed nothing, when the list adds or drops
-// a device. A list that repeats an ID is detected after the update and rebuilt from scratch,
-// with every listed device reported as changed.
-func (r *resource) updateInPlace(devs []*pluginapi.Device) ([]string, bool) {
-	if r.all == nil || !r.hasSets() || len(r.all) != len(devs) {
-		return nil, false
-	}
-	for _, d := range devs {
-		if _, ok := r.all[d.ID]; !ok {
-			return nil, false
-		}
-	}
-	var changed []string
-	for _, d := range devs {
-		if r.all[d.ID].Health != d.Health {
-			changed = append(changed, d.ID)
-		}
-		// The sets, not the old list, decide: a disconnect moves devices to unhealthy
-		// without touching their listed health.
-		if isHealthy := d.Health == pluginapi.Healthy; isHealthy != r.healthy.Has(d.ID) {
-			r.registered, r.free = nil, nil
-			if isHealthy {
-				r.unhealthy.Delete(d.ID)
-				r.healthy.Insert(d.ID)
-			} else {
-				r.healthy.Delete(d.ID)
-				r.unhealthy.Insert(d.ID)
-			}
-		}
-		r.all[d.ID] = d
-	}
-	// Same length and every ID current: a repeated ID means another current ID is missing.
-	// Each entry now holds the last device listed under its ID, so a repeat shows as an
-	// earlier device that is not its ID's entry.
-	for _, d := range devs {
-		if r.all[d.ID] != d {
-			r.all = nil
-			r.rebuild(devs)
-			return sets.List(sets.KeySet(r.all)), true
-		}
-	}
-	return changed, true
 }
 
 // gracePeriodExpired reports whether the resource's plugin has been away for more than grace

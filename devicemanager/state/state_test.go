@@ -34,6 +34,7 @@ import (
 //	running keys=pod/ctr,...            containers the runtime reports running at start
 //	select pod=P ctr=C res=R n=N [reuse=ids] [ready] [hint=0,1] [prefer=ids|prefer-error]
 //	                                    pick and reserve; prints the choice or the error
+//	                                    (without prefer, the plugin offers no preference)
 //	commit pod=P ctr=C res=R ids=...    turn the reservation into an assignment
 //	allocate pod=P ctr=C res=R n=N [init] [ready] ...   select, commit and update the reuse pool
 //	release res=R ids=...               drop reservations
@@ -370,6 +371,9 @@ func request(a args) (Request, PreferredFunc, error) {
 			}
 			req.Hint.NUMANodes = append(req.Hint.NUMANodes, i)
 		}
+	}
+	if !a.has("prefer") && !a.has("prefer-error") {
+		return req, nil, nil // a plugin without GetPreferredAllocation
 	}
 	prefer := func(_, _ sets.Set[string], _ int) (sets.Set[string], error) {
 		if a.has("prefer-error") {

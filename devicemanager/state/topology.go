@@ -4,7 +4,6 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/util/sets"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // TopologyHint is a set of NUMA nodes a container's devices may come from, and whether that
@@ -14,39 +13,31 @@ type TopologyHint struct {
 	Preferred bool
 }
 
-// deviceNodes returns the NUMA nodes of a device of the resource; nil when the device
-// has no topology or is unknown.
-func (s *State) deviceNodes(res, id string) []int {
-	d := s.device(res, id)
-	if d == nil || d.Topology == nil {
-		return nil
+// listed returns the resource's device list; nil when it has none.
+func (s *State) listed(res string) *deviceTable {
+	if r := s.resources[res]; r != nil {
+		return r.devs
 	}
-	nodes := make([]int, 0, len(d.Topology.Nodes))
-	for _, n := range d.Topology.Nodes {
-		nodes = append(nodes, int(n.ID))
-	}
-	return nodes
+	return nil
 }
 
-// resourceHasTopologyLocked reports whether any device of the resource names a NUMA node.
-func (s *State) resourceHasTopology(res string) bool {
-	for _, d := range s.devices(res) {
-		if d.Topology != nil && len(d.Topology.Nodes) > 0 {
-			return true
-		}
-	}
-	return false
-}
+// deviceNodes returns the NUMA nodes of a device of the resource; nil when the device
+// has no topology or is unknown. The slice is the state's: read only.
+func (s *State) deviceNodes(res, id string) []int64 { return s.listed(res).nodes(id) }
+
+// resourceHasTopology reports whether any device of the resource names a NUMA node.
+func (s *State) resourceHasTopology(res string) bool { return s.listed(res).hasTopology() }
 
 // filterByAffinity splits the available devices into those aligned with the container's
-// NUMA hint (from its AffinityStore), those on other nodes, and those without topology. Nodes are visited hint nodes
-// first, then other nodes, each group by ascending device count, then "no topology"; a device
-// goes to the list of the first node that holds it. Without a hint, or when the resource has
-// no topology at all, every device counts as having no affinity.
+// NUMA hint (from its AffinityStore), those on other nodes, and those without topology. Nodes
+// are visited hint nodes first, then other nodes, each group by ascending device count, then
+// "no topology"; a device goes to the list of the first node that holds it. Without a hint, or
+// when the resource has no topology at all, every device counts as having no affinity and
+// noAffinity is available itself. The sets are read only.
 func (s *State) filterByAffinity(hint TopologyHint, res string, available sets.Set[string]) (aligned, unaligned, noAffinity sets.Set[string]) {
 	aligned, unaligned, noAffinity = sets.New[string](), sets.New[string](), sets.New[string]()
 	if hint.NUMANodes == nil || !s.resourceHasTopology(res) {
-		return aligned, unaligned, available.Clone()
+		return aligned, unaligned, available
 	}
 	inHint := sets.New(hint.NUMANodes...)
 	perNode := map[int][]string{}
@@ -57,7 +48,7 @@ func (s *State) filterByAffinity(hint TopologyHint, res string, available sets.S
 			continue
 		}
 		for _, n := range nodes {
-			perNode[n] = append(perNode[n], id)
+			perNode[int(n)] = append(perNode[int(n)], id)
 		}
 	}
 	order := make([]int, 0, len(perNode))
@@ -102,20 +93,4 @@ func (s *State) filterByAffinity(hint TopologyHint, res string, available sets.S
 		}
 	}
 	return aligned, unaligned, noAffinity
-}
-
-// device returns the resource's listed device id; nil if it is not listed.
-func (s *State) device(res, id string) *pluginapi.Device {
-	if r := s.resources[res]; r != nil {
-		return r.all[id]
-	}
-	return nil
-}
-
-// devices returns the resource's listed devices by ID, read-only.
-func (s *State) devices(res string) map[string]*pluginapi.Device {
-	if r := s.resources[res]; r != nil {
-		return r.all
-	}
-	return nil
 }
