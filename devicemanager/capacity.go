@@ -6,6 +6,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // GetCapacity returns, per resource, capacity (healthy + unhealthy devices) and allocatable
@@ -16,11 +18,10 @@ import (
 func (m *Manager) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()
-	counts, removed := m.st.Capacity(m.cfg.Clock.Now(), m.cfg.GracePeriod)
-	for res, c := range counts {
+	removed = m.st.EachCapacity(m.cfg.Clock.Now(), m.cfg.GracePeriod, func(res string, c state.Counts) {
 		capacity[v1.ResourceName(res)] = *resource.NewQuantity(c.Capacity, resource.DecimalSI)
 		allocatable[v1.ResourceName(res)] = *resource.NewQuantity(c.Allocatable, resource.DecimalSI)
-	}
+	})
 	for _, res := range removed {
 		if info, ok := m.endpoints[res]; ok {
 			info.ep.Stop()

@@ -175,7 +175,13 @@ type Counts struct {
 // counted nor removed.
 func (s *State) Capacity(now time.Time, grace time.Duration) (map[string]Counts, []string) {
 	out := map[string]Counts{}
-	var removed []string
+	removed := s.EachCapacity(now, grace, func(res string, c Counts) { out[res] = c })
+	return out, removed
+}
+
+// EachCapacity is Capacity handing each resource's counts to each instead of building a map,
+// for callers that poll it.
+func (s *State) EachCapacity(now time.Time, grace time.Duration, each func(res string, c Counts)) (removed []string) {
 	for name, r := range s.resources {
 		if !r.hasSets() {
 			continue
@@ -184,13 +190,13 @@ func (s *State) Capacity(now time.Time, grace time.Duration) (map[string]Counts,
 			removed = append(removed, name)
 			continue
 		}
-		out[name] = Counts{Capacity: int64(r.healthy.Len() + r.unhealthy.Len()), Allocatable: int64(r.healthy.Len())}
+		each(name, Counts{Capacity: int64(r.healthy.Len() + r.unhealthy.Len()), Allocatable: int64(r.healthy.Len())})
 	}
 	for _, name := range removed {
 		delete(s.resources, name)
 	}
 	sort.Strings(removed)
-	return out, removed
+	return removed
 }
 
 // Forget removes the resource's device sets and plugin record, as Capacity does at the end of
