@@ -2,13 +2,12 @@ package upstreambench
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
@@ -159,17 +158,8 @@ func noopReceiver(b *testing.B, sock string) *atomic.Int64 {
 
 // waitCount spins, as waitAllocatable does, until c reaches want.
 func waitCount(tb testing.TB, c *atomic.Int64, want int64) {
-	var deadline time.Time
-	for i := 0; c.Load() < want; i++ {
-		runtime.Gosched()
-		if i%4096 == 0 {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(30 * time.Second)
-			} else if time.Now().After(deadline) {
-				tb.Fatalf("%d lists received after 30s, want %d", c.Load(), want)
-			}
-		}
-	}
+	spinUntil(tb, func() bool { return c.Load() >= want },
+		func() string { return fmt.Sprintf("%d lists received after 30s, want %d", c.Load(), want) })
 }
 
 // smallWrite returns a function replacing a 64-byte file: write a temporary file, fsync it,

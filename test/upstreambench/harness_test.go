@@ -254,14 +254,21 @@ func (p *plugin) restart() error {
 // checks rather than sleeping, so that it adds no timer granularity to what is measured;
 // both implementations are waited for the same way.
 func waitAllocatable(tb testing.TB, m manager, want int64) {
+	spinUntil(tb, func() bool { return m.allocatable() == want },
+		func() string { return fmt.Sprintf("allocatable is %d after 30s, want %d", m.allocatable(), want) })
+}
+
+// spinUntil checks done in a loop, yielding between checks, until it holds; after 30 s it
+// fails the test with failure's message.
+func spinUntil(tb testing.TB, done func() bool, failure func() string) {
 	var deadline time.Time
-	for i := 0; m.allocatable() != want; i++ {
+	for i := 0; !done(); i++ {
 		runtime.Gosched()
 		if i%4096 == 0 {
 			if deadline.IsZero() {
 				deadline = time.Now().Add(30 * time.Second)
 			} else if time.Now().After(deadline) {
-				tb.Fatalf("allocatable is %d after 30s, want %d", m.allocatable(), want)
+				tb.Fatal(failure())
 			}
 		}
 	}
