@@ -33,7 +33,7 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 	// counts as an empty one.
 	src := newManifestSource(dir.path)
 	src.now = a.clock.Now
-	src.known = a.admittedOrWaiting
+	src.known = a.restoredUnseen
 	retry := a.clock.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()

@@ -271,7 +271,7 @@ func TestRestartWhileAManifestIsRewritten(t *testing.T) {
 // TestManifestBurstSettlesTogether: on the source's own clock, new pods wait until no manifest
 // of the directory has changed for manifestDebounce, so files that arrive together are judged
 // together; a file manifestSettle old is judged however busy the directory stays; and a valid
-// pod whose UID the agent admitted is judged at once.
+// pod the agent admitted before a restart and has not seen since is judged at once.
 func TestManifestBurstSettlesTogether(t *testing.T) {
 	s := newTestSource(t)
 	clock := time.Now()
@@ -304,7 +304,8 @@ func TestManifestBurstSettlesTogether(t *testing.T) {
 		t.Fatalf("settled directory: pods %v, want a and b together", pods)
 	}
 
-	// A pod whose UID is admitted is judged at once, young as its file is.
+	// A pod admitted before a restart and not seen since is judged at once, young as its
+	// file is.
 	s.known = func(uid types.UID) bool { return uid == "uid-k" }
 	s.write("k.yaml", manifestBody("k", "uid-k", 1))
 	s.write("n.yaml", manifestBody("n", "uid-n", 1))
@@ -329,5 +330,35 @@ func TestManifestBurstSettlesTogether(t *testing.T) {
 		if got := s.holdBack(at(changed)); got != c.held {
 			t.Errorf("file %v old in a busy directory: held back %v, want %v", c.age, got, c.held)
 		}
+	}
+}
+
+// TestRunningPodRewrittenInPlaceQuietly: rewriting the manifest of a running pod in place, in
+// two writes whose first part is a valid pod without resources, changes nothing and logs no
+// warning: the partial version is never judged.
+func TestRunningPodRewrittenInPlaceQuietly(t *testing.T) {
+	f := newFixture(t)
+	a, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
+	f.plugin("g0", "g1")
+	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	path := filepath.Join(f.pods, "steady.yaml")
+	body := manifestBody("steady", "uid-steady", 1)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(a, "steady admitted", func(st NodeStatus) bool { p := phase(st, "steady"); return p != nil && p.Phase == PhaseAdmitted })
+	before := fmt.Sprint(a.Manager().GetDevices("uid-steady", "main"))
+
+	writeInTwoParts(t, path, body, 60*time.Millisecond)
+	time.Sleep(2 * manifestDebounce) // the whole file is judged by now
+	if strings.Contains(logs(), "Pod's source changed") {
+		t.Fatalf("the half-written version was judged:\n%s", logs())
+	}
+	st := a.Status()
+	if p := phase(st, "steady"); p == nil || p.Phase != PhaseAdmitted || p.Warning != "" {
+		t.Fatalf("steady after the rewrite: %+v", p)
+	}
+	if after := fmt.Sprint(a.Manager().GetDevices("uid-steady", "main")); after != before {
+		t.Fatalf("steady held %s, now %s", before, after)
 	}
 }

@@ -37,11 +37,12 @@ const manifestSettle = 2 * time.Second
 // together, in order: before that it is not admitted, its problem is not reported and a pod
 // that fails validation is not rejected, and the file's last good version, if any, stays.
 //
-// Three exceptions keep the wait short and bounded. A valid pod whose UID the agent admitted
-// (known) is judged at once: its admission cannot change, so there is nothing to wait for. A
-// file whose own change is manifestSettle old is judged whatever else keeps changing. A change
-// time ahead of the source's clock does not count as recent, so a future timestamp (touch -d)
-// cannot hold a pod back.
+// Three exceptions keep the wait short and bounded. A valid pod that the agent admitted before
+// a restart and has not seen since (known) is judged at once: its devices cannot change, so a
+// restart does not leave it out of podresources while its file merely looks recent (a chmod
+// changes the change time). A file whose own change is manifestSettle old is judged whatever
+// else keeps changing. A change time ahead of the source's clock does not count as recent, so a
+// future timestamp (touch -d) cannot hold a pod back.
 const manifestDebounce = 200 * time.Millisecond
 
 // manifestPod is a pod read from the manifest directory, with the file it came from. A pod
@@ -76,8 +77,8 @@ type manifestSource struct {
 	// lastChange is, in the current scan, the latest change time of the directory's manifests
 	// that is not ahead of the clock.
 	lastChange time.Time
-	// known reports whether the agent admitted a pod with this UID (nil: none); see
-	// manifestDebounce.
+	// known reports whether a pod with this UID was admitted before a restart and not seen
+	// since (nil: none); see manifestDebounce.
 	known func(types.UID) bool
 }
 

@@ -136,12 +136,15 @@ func (a *Agent) admittedBefore(uid types.UID) bool {
 	return r != nil && r.Phase == PhaseAdmitted
 }
 
-// admittedOrWaiting reports whether a pod with this UID is admitted (now or by an earlier run)
-// or waits for a device plugin: a version of it holds or is getting devices, and another
-// version cannot change that.
-func (a *Agent) admittedOrWaiting(uid types.UID) bool {
+// restoredUnseen reports whether a pod with this UID was admitted, or was waiting for a device
+// plugin, before a restart and has not been seen in a pod source since: its first version
+// after the restart cannot change its devices, so there is nothing to wait for.
+func (a *Agent) restoredUnseen(uid types.UID) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if _, seen := a.pods[uid]; seen {
+		return false
+	}
 	r := a.results[uid]
 	return r != nil && (r.Phase == PhaseAdmitted || r.Phase == PhasePending)
 }
