@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -206,13 +207,8 @@ func joinNames(names []v1.ResourceName) string {
 
 // validateLabels checks keys and values as the API server would, in sorted key order.
 func validateLabels(what string, labels map[string]string) []error {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var errs []error
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		for _, msg := range validation.IsQualifiedName(k) {
 			errs = append(errs, fmt.Errorf("%s: key %q: %s", what, k, msg))
 		}
@@ -237,13 +233,8 @@ var (
 // validateNodeLabelDomains refuses kubernetes.io and k8s.io labels that the API server's
 // NodeRestriction admission would refuse a node, as the kubelet refuses them at start.
 func validateNodeLabelDomains(labels map[string]string) []error {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var errs []error
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		domain, _, ok := strings.Cut(k, "/")
 		if !ok || slices.Contains(kubeletLabels, k) {
 			continue

@@ -17,7 +17,19 @@ import (
 func restartedWithCheckpoint(t *testing.T, cfg Config, pods *podList) (*Manager, string) {
 	t.Helper()
 	dir := shortDir(t)
-	a := testManager(t, dir, Config{Clock: cfg.Clock}, Sources{ActivePods: pods.active})
+	a := oldPodThenPluginGone(t, dir, Config{Clock: cfg.Clock}, pods)
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	return testManager(t, dir, cfg, Sources{ActivePods: pods.active}), dir
+}
+
+// oldPodThenPluginGone runs a manager on dir with cfg whose plugin lists g1 and g2, allocates
+// one of them to pod "old" (added to pods), and stops the plugin. It returns the manager, still
+// running.
+func oldPodThenPluginGone(t *testing.T, dir string, cfg Config, pods *podList) *Manager {
+	t.Helper()
+	a := testManager(t, dir, cfg, Sources{ActivePods: pods.active})
 	p := testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
 	waitFor(t, a, "devices", func() bool { return capacityIs(a, gpu, 2, 2) })
 	old := testPod("old", container("c", map[string]int64{gpu: 1}))
@@ -26,10 +38,7 @@ func restartedWithCheckpoint(t *testing.T, cfg Config, pods *podList) (*Manager,
 		t.Fatal(err)
 	}
 	p.Stop()
-	if err := a.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	return testManager(t, dir, cfg, Sources{ActivePods: pods.active}), dir
+	return a
 }
 
 // TestNodeRebootKubeletRejects: after a restart the checkpointed resource has no healthy

@@ -69,15 +69,8 @@ func TestAssignedResourceKnownAfterRestart(t *testing.T) {
 			dir := shortDir(t)
 			pods := newPodList()
 			clk := clocktesting.NewFakeClock(time.Now())
-			a := testManager(t, dir, Config{Clock: clk, GracePeriod: time.Minute}, Sources{ActivePods: pods.active})
-			p := testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
-			waitFor(t, a, "devices", func() bool { return capacityIs(a, gpu, 2, 2) })
+			a := oldPodThenPluginGone(t, dir, Config{Clock: clk, GracePeriod: time.Minute}, pods)
 			old := testPod("old", container("c", map[string]int64{gpu: 1}))
-			pods.add(old)
-			if err := a.Allocate(context.Background(), old, &old.Spec.Containers[0]); err != nil {
-				t.Fatal(err)
-			}
-			p.Stop()
 			waitFor(t, a, "disconnect", func() bool { return capacityIs(a, gpu, 2, 0) })
 			clk.Step(2 * time.Minute)
 			if _, _, removed := a.GetCapacity(); len(removed) != 1 {
