@@ -89,7 +89,14 @@ func (cn *clusterNode) createPod(name string, gpus int64) *v1.Pod {
 // poll checks cond every 100 ms until it holds or 30 s pass; what names the wait.
 func (cn *clusterNode) poll(what string, cond func() (bool, string)) {
 	cn.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	pollAPI(cn.t, what, 30*time.Second, 100*time.Millisecond, cond)
+}
+
+// pollAPI checks cond, which asks the API server, every interval until it holds or timeout
+// passes, and then fails the test naming what it waited for and the state cond last described.
+func pollAPI(t *testing.T, what string, timeout, interval time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	last := ""
 	for time.Now().Before(deadline) {
 		ok, state := cond()
@@ -97,9 +104,9 @@ func (cn *clusterNode) poll(what string, cond func() (bool, string)) {
 			return
 		}
 		last = state
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(interval)
 	}
-	cn.t.Fatalf("timed out waiting for %s; last: %s", what, last)
+	t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
 }
 
 // waitGPUs waits until the Node publishes the given capacity and allocatable of nvidia.com/gpu.

@@ -211,17 +211,7 @@ func (st *schedulerStory) deletePod(name string) {
 // waitFor polls cond every 200 ms for up to schedulerWait.
 func (st *schedulerStory) waitFor(what string, cond func() (bool, string)) {
 	st.t.Helper()
-	deadline := time.Now().Add(schedulerWait)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(200 * time.Millisecond)
-	}
-	st.t.Fatalf("timed out after %s waiting for %s; last: %s", schedulerWait, what, last)
+	pollAPI(st.t, what, schedulerWait, 200*time.Millisecond, cond)
 }
 
 // describe is a pod's state in one line, for failure messages.
