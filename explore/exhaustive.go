@@ -213,14 +213,8 @@ func exhaustive(cfg Config, storyPath string, maxRuns int, prune bool) (*Report,
 		rep.States = len(seen)
 		rep.Steps += int64(len(trace))
 		if v != nil {
-			if f := found[v.Class]; f != nil {
-				f.Count++
-			} else {
-				small := shrink(policy, !cfg.NoRecords, trace, v.Class)
-				sv := replay(policy, !cfg.NoRecords, small)
-				found[v.Class] = &Finding{Class: v.Class, Violation: *sv, Count: 1, Steps: small,
-					Script: Script(small, fmt.Sprintf("kdm explore --policy %s --story %s --exhaustive", cfg.Policy, filepath.Base(storyPath)), sv)}
-			}
+			noteFinding(found, policy, !cfg.NoRecords, trace, v, 0,
+				fmt.Sprintf("kdm explore --policy %s --story %s --exhaustive", cfg.Policy, filepath.Base(storyPath)))
 		}
 		if now := cfg.Now(); cfg.Progress != nil && now.Sub(lastProgress) >= time.Second {
 			lastProgress = now

@@ -117,14 +117,7 @@ func Random(cfg Config) (*Report, error) {
 		rep.Runs++
 		rep.Steps += int64(steps)
 		if v != nil {
-			if f := found[v.Class]; f != nil {
-				f.Count++
-			} else {
-				small := shrink(policy, !cfg.NoRecords, trace, v.Class)
-				sv := replay(policy, !cfg.NoRecords, small)
-				found[v.Class] = &Finding{Class: v.Class, Violation: *sv, Seed: seed, Count: 1, Steps: small,
-					Script: Script(small, fmt.Sprintf("kdm explore --policy %s --seed %d", cfg.Policy, seed), sv)}
-			}
+			noteFinding(found, policy, !cfg.NoRecords, trace, v, seed, fmt.Sprintf("kdm explore --policy %s --seed %d", cfg.Policy, seed))
 		}
 		if now := cfg.Now(); cfg.Progress != nil && now.Sub(lastProgress) >= time.Second {
 			lastProgress = now
@@ -176,6 +169,20 @@ func (w *world) exec(s Step) {
 		return
 	}
 	w.runTask(s.Task)
+}
+
+// noteFinding counts v in found under its class or, for a class not found before, shrinks
+// trace to the smallest run that still shows it and records that run with its script, whose
+// origin line is command (seed is the run's seed, zero for a story's run).
+func noteFinding(found map[string]*Finding, policy devicemanager.Policy, records bool, trace []Step, v *Violation, seed int64, command string) {
+	if f := found[v.Class]; f != nil {
+		f.Count++
+		return
+	}
+	small := shrink(policy, records, trace, v.Class)
+	sv := replay(policy, records, small)
+	found[v.Class] = &Finding{Class: v.Class, Violation: *sv, Seed: seed, Count: 1, Steps: small,
+		Script: Script(small, command, sv)}
 }
 
 // replay runs steps from a fresh world and returns the first violation, or nil.
