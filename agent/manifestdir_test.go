@@ -350,7 +350,10 @@ func TestRunningPodRewrittenInPlaceQuietly(t *testing.T) {
 	before := fmt.Sprint(a.Manager().GetDevices("uid-steady", "main"))
 
 	writeInTwoParts(t, path, body, 60*time.Millisecond)
-	time.Sleep(2 * manifestDebounce) // the whole file is judged by now
+	// A pod written after the rewrite is judged with it or later, once the directory settles:
+	// when it is admitted, the rewritten file has been judged too.
+	f.manifest("marker", 1)
+	f.waitFor(a, "marker admitted", func(st NodeStatus) bool { p := phase(st, "marker"); return p != nil && p.Phase == PhaseAdmitted })
 	if strings.Contains(logs(), "Pod's source changed") {
 		t.Fatalf("the half-written version was judged:\n%s", logs())
 	}
