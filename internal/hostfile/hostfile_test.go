@@ -63,3 +63,21 @@ func TestRead(t *testing.T) {
 		t.Fatalf("a missing file gives %v, want fs.ErrNotExist", err)
 	}
 }
+
+// TestReadPastTheStatSize: the buffer is sized from the file's stat, but a file that reports
+// less than it holds (a /proc file reports 0) or grows while read is read whole, and a limit
+// still applies to what is read, not to the stat.
+func TestReadPastTheStatSize(t *testing.T) {
+	data, _, err := Read("/proc/self/status", 0, true)
+	if err != nil || !strings.Contains(string(data), "VmHWM:") {
+		t.Fatalf("Read(/proc/self/status) = %d bytes, %v; want the whole file", len(data), err)
+	}
+	if _, _, err := Read("/proc/self/status", 16, true); err == nil || !strings.Contains(err.Error(), "grew past the 16 bytes allowed") {
+		t.Fatalf("Read(/proc/self/status, limit 16) = %v, want the grew-past error", err)
+	}
+	long := strings.Repeat("x", 3000)
+	got, err := readAll(strings.NewReader(long), 10) // stat said 10 bytes; 3000 came
+	if err != nil || string(got) != long {
+		t.Fatalf("readAll of 3000 bytes with a 10-byte size = %d bytes, %v", len(got), err)
+	}
+}
