@@ -99,6 +99,16 @@ func (a args) grace() (time.Duration, error) {
 	return time.ParseDuration(a["grace"])
 }
 
+// atAndGrace is the "at" time and the grace period of commands that take both.
+func (a args) atAndGrace() (time.Time, time.Duration, error) {
+	at, err := a.at("at")
+	if err != nil {
+		return at, 0, err
+	}
+	grace, err := a.grace()
+	return at, grace, err
+}
+
 func (d *driver) do(td *datadriven.TestData) (string, error) {
 	a := parseArgs(td)
 	res := a["res"]
@@ -182,11 +192,7 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 		removed := d.s.RemoveInactive(sets.New(a.list("active")...))
 		return fmt.Sprintf("removed %v\n", removed), nil
 	case "capacity":
-		at, err := a.at("at")
-		if err != nil {
-			return "", err
-		}
-		grace, err := a.grace()
+		at, grace, err := a.atAndGrace()
 		if err != nil {
 			return "", err
 		}
@@ -203,11 +209,7 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 		}
 		return b.String(), nil
 	case "awaiting":
-		at, err := a.at("at")
-		if err != nil {
-			return "", err
-		}
-		grace, err := a.grace()
+		at, grace, err := a.atAndGrace()
 		if err != nil {
 			return "", err
 		}
