@@ -45,7 +45,9 @@ func (r *runner) checkStreamClose() (Status, []string) {
 	}
 	defer ep.Stop()
 	got := make(chan int, 1)
+	runDone := make(chan struct{})
 	go func() {
+		defer close(runDone)
 		_ = ep.Run(ctx, func(d []*pluginapi.Device) {
 			select {
 			case got <- len(d):
@@ -54,6 +56,7 @@ func (r *runner) checkStreamClose() (Status, []string) {
 			cancel()
 		})
 	}()
+	defer func() { cancel(); <-runDone }() // the stream ends with ctx: wait for it
 	select {
 	case n := <-got:
 		return Pass, append([]string{fmt.Sprintf("the plugin kept serving %s: a new connection listed %d devices", cur.socket, n)}, ev...)
