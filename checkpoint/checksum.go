@@ -146,10 +146,13 @@ func (s *hasher) bytesDec(b []byte) {
 		}
 		h := fnv1a(s.h, d.d[:d.n])
 		t := s.t
-		l := uint8(h)
+		// l is a uint holding a byte: loading it needs no zero extension on
+		// the low-byte chain, the loop's critical path, and the compiler
+		// still proves every index in range.
+		l := uint(uint8(h))
 		for _, c := range b[1:] {
 			h = t.byteMul[c]*h + t.byteAdd[c][l]
-			l = t.byteNext[c][l]
+			l = uint(t.byteNext[c][l])
 		}
 		s.h = h
 	}
