@@ -46,7 +46,17 @@ type Store struct {
 
 	mu sync.Mutex
 	bw *bufio.Writer // WritePrepared's write buffer, kept for the next one
+	// closed is set by Close, after which replaced files are released inline. Guarded by mu.
+	closed bool
+
+	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
+	releases sync.WaitGroup
 }
+
+// asyncReleaseSize is the size from which the file a write replaces is released on a
+// goroutine. Dropping the last reference to a file frees its blocks, which for a checkpoint of
+// 10,000 pods (7 MB on ext4) takes longer than a millisecond; nothing needs to wait for it.
+const asyncReleaseSize = 1 << 20
 
 // writeBufferSize is the size of the buffer WritePrepared writes the file through.
 const writeBufferSize = 256 << 10
@@ -200,10 +210,41 @@ func (s *Store) writeLocked(b []byte, entries int) error {
 // replaceLocked replaces the checkpoint with what write writes, the encoding of entries
 // entries, and fsyncs the directory when dirSync is set. Callers hold mu.
 func (s *Store) replaceLocked(entries int, dirSync bool, write func(io.Writer) error) error {
-	if err := writeFileAtomic(s.dir, s.path, write, dirSync); err != nil {
+	replaced := holdFile(s.path)
+	err := writeFileAtomic(s.dir, s.path, write, dirSync)
+	s.releaseReplaced(replaced)
+	if err != nil {
 		return &FileError{Path: s.path, Err: err}
 	}
 	return nil
+}
+
+// Close waits until the files that writes replaced are released (see asyncReleaseSize). The
+// Store stays usable; later writes release what they replace before returning. The device
+// manager calls it when it stops, so that no goroutine of its store outlives it.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.releases.Wait()
+	return nil
+}
+
+// releaseReplaced drops the reference holdFile took: on a goroutine for a file of
+// asyncReleaseSize or more, unless the Store is closed. Callers hold mu.
+func (s *Store) releaseReplaced(h *heldFile) {
+	if h == nil {
+		return
+	}
+	if h.size < asyncReleaseSize || s.closed {
+		h.release()
+		return
+	}
+	s.releases.Add(1)
+	go func() {
+		defer s.releases.Done()
+		h.release()
+	}()
 }
 
 func (s *Store) logWrite(bytes, entries int, dirSync bool) {

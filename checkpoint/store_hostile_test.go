@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestReadRefusesNonRegularFiles: a FIFO or a directory in the checkpoint's place is reported
@@ -41,4 +42,86 @@ func TestReadRefusesNonRegularFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriteOverNonRegularFile: a FIFO in the checkpoint's place does not block a write (the
+// file being replaced is only referenced, never opened for reading), and the write leaves the
+// checkpoint a regular file that reads back.
+func TestWriteOverNonRegularFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, FileName)
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestStore(t, StoreConfig{Dir: dir})
+	done := make(chan error, 1)
+	go func() { done <- s.Write(sampleData()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Write over a FIFO: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		// Unblock the writer so that the test ends without a stuck goroutine.
+		if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+			_ = f.Close()
+		}
+		<-done
+		t.Fatal("Write blocked on the FIFO in the checkpoint's place")
+	}
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("after the write the checkpoint is %v (%v), want a regular file", fi, err)
+	}
+	if _, _, err := s.Read(); err != nil {
+		t.Fatalf("Read after the write: %v", err)
+	}
+}
+
+// TestCloseWaitsForReplacedFiles: a write that replaces a large checkpoint leaves the freeing
+// of the old file to a goroutine; once Close returns, the process holds no reference to it
+// (no open descriptor of a deleted file in the directory), and later writes still work.
+func TestCloseWaitsForReplacedFiles(t *testing.T) {
+	dir := t.TempDir()
+	s := newTestStore(t, StoreConfig{Dir: dir})
+	big := sampleData()
+	big.PodDeviceEntries[0].AllocResp = make([]byte, 2*asyncReleaseSize)
+	for range 3 {
+		if err := s.Write(big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if held := deletedFilesOpenIn(t, dir); len(held) > 0 {
+		t.Fatalf("after Close the process still holds replaced files: %v", held)
+	}
+	if err := s.Write(big); err != nil {
+		t.Fatalf("Write after Close: %v", err)
+	}
+	if held := deletedFilesOpenIn(t, dir); len(held) > 0 {
+		t.Fatalf("a write after Close left replaced files held: %v", held)
+	}
+	got, _, err := s.Read()
+	if err != nil || len(got.PodDeviceEntries[0].AllocResp) != 2*asyncReleaseSize {
+		t.Fatalf("Read after the writes: %v", err)
+	}
+}
+
+// deletedFilesOpenIn lists the targets of this process's descriptors that are deleted files
+// of dir.
+func deletedFilesOpenIn(t *testing.T, dir string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	var held []string
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, dir+"/") && strings.HasSuffix(target, " (deleted)") {
+			held = append(held, target)
+		}
+	}
+	return held
 }

@@ -280,6 +280,7 @@ func (m *Manager) finishStop() {
 	m.mu.Unlock()
 	m.server.Stop()
 	m.wg.Wait()
+	_ = m.store.Close() // waits for the release of the files its writes replaced
 	m.mu.Lock()
 	m.serveErr = nil
 	m.mu.Unlock()
