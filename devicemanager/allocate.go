@@ -190,17 +190,25 @@ func (m *Manager) collectInactivePods() bool {
 	if src.SourcesReady != nil && !src.SourcesReady() {
 		return false
 	}
-	var active sets.Set[string]
+	var pods []*v1.Pod
 	if src.ActivePods != nil {
-		pods := src.ActivePods()
+		pods = src.ActivePods()
+	}
+	m.gc.Lock()
+	active := m.gc.active
+	if active == nil || len(pods) < len(active)/4 {
+		// The first collection, or far fewer pods than the set was last grown for.
 		active = make(sets.Set[string], len(pods))
-		for _, p := range pods {
-			active.Insert(string(p.UID))
-		}
+		m.gc.active = active
+	}
+	clear(active) // keeps the set's memory: collecting allocates nothing in the steady state
+	for _, p := range pods {
+		active.Insert(string(p.UID))
 	}
 	m.mu.Lock()
 	removed := m.st.RemoveInactive(active)
 	m.mu.Unlock()
+	m.gc.Unlock()
 	if len(removed) == 0 {
 		return false
 	}

@@ -81,6 +81,14 @@ type Manager struct {
 	// first (see connect). Guarded by mu.
 	replaced map[string][]*endpoint.Endpoint
 
+	// gc serialises garbage collection and keeps the set of active pod UIDs it builds, so
+	// that a collection on a node with many pods reuses the set's memory (see
+	// collectInactivePods).
+	gc struct {
+		sync.Mutex
+		active sets.Set[string]
+	}
+
 	writeMu       sync.Mutex    // serialises checkpoint writes
 	writeRequests chan struct{} // capacity 1: a coalesced device-list write is wanted
 	// synced is what a restart would read back from the last write whose directory was

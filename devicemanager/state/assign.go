@@ -83,6 +83,9 @@ func (s *State) PoolOf(podUID, res string) sets.Set[string] { return s.reuse[pod
 // ContainerAllocated updates the pod's reuse pool after the container's allocation: a regular
 // init container adds what it holds; a sidecar or app container takes what it holds out. A pod
 // whose pool was garbage-collected meanwhile is left without one.
+//
+// A pool left with no device is dropped: the pod's next allocation starts a new one
+// (ReusePool), and garbage collection only has the pools that hold devices to look at.
 func (s *State) ContainerAllocated(podUID, container string, regularInit bool) {
 	pool := s.reuse[podUID]
 	if pool == nil {
@@ -96,6 +99,12 @@ func (s *State) ContainerAllocated(podUID, container string, regularInit bool) {
 			pool[res] = pool[res].Difference(ids)
 		}
 	}
+	for _, ids := range pool {
+		if ids.Len() > 0 {
+			return
+		}
+	}
+	delete(s.reuse, podUID)
 }
 
 // RemoveInactive drops the assignments and reuse pools of the pods active does not name, and
