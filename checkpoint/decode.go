@@ -19,6 +19,11 @@ import (
 type fileV2 struct {
 	Data     Data
 	Checksum uint64
+
+	// sum is Checksum(&Data) when summed is set: a parser that hashed the
+	// data as it went says so. encoding/json leaves both alone.
+	sum    uint32
+	summed bool
 }
 
 type fileV1 struct {
@@ -93,7 +98,10 @@ func Decode(b []byte) (*Data, Layout, error) {
 func decode(b []byte, parse func([]byte) (*fileV2, error)) (*Data, Layout, error) {
 	v2, v2err := parse(b)
 	if v2err == nil {
-		computed := uint64(Checksum(&v2.Data))
+		computed := uint64(v2.sum)
+		if !v2.summed {
+			computed = uint64(Checksum(&v2.Data))
+		}
 		if v2.Checksum == computed {
 			return &v2.Data, LayoutV2, nil
 		}

@@ -198,7 +198,7 @@ func checkFastMatchesJSON(t *testing.T, b []byte) {
 		if wantErr != nil {
 			t.Fatalf("fast parser handled input encoding/json rejects (%v):\n%q", wantErr, b)
 		}
-		if !reflect.DeepEqual(got, want) {
+		if !reflect.DeepEqual(got.Data, want.Data) || got.Checksum != want.Checksum {
 			t.Fatalf("fast parser differs from encoding/json on %q:\n got  %#v\n want %#v", b, got, want)
 		}
 		for i := range got.Data.PodDeviceEntries {
@@ -206,6 +206,20 @@ func checkFastMatchesJSON(t *testing.T, b []byte) {
 				t.Fatalf("entry %d: AllocResp capacity %d, encoding/json gives %d", i, g, w)
 			}
 		}
+	}
+
+	// The parse that hashes while it parses (parseV2Fast's path for large files) gives the
+	// same result, and the checksum of what it parsed.
+	if plain, ok := parseV2FastWith(b, nil); ok {
+		summed, ok := parseV2FastSummed(b)
+		if !ok || !reflect.DeepEqual(summed.Data, plain.Data) || summed.Checksum != plain.Checksum {
+			t.Fatalf("pipelined parse of %q gives %#v, %v; want %#v", b, summed, ok, plain)
+		}
+		if want := Checksum(&plain.Data); !summed.summed || summed.sum != want {
+			t.Fatalf("pipelined parse of %q: checksum %d (computed: %v), want %d", b, summed.sum, summed.summed, want)
+		}
+	} else if _, ok := parseV2FastSummed(b); ok {
+		t.Fatalf("pipelined parse handled %q, which the parser refuses", b)
 	}
 
 	d, layout, err := Decode(b)
