@@ -48,6 +48,10 @@ type Store struct {
 	bw *bufio.Writer // WritePrepared's write buffer, kept for the next one
 	// closed is set by Close, after which replaced files are released inline. Guarded by mu.
 	closed bool
+	// lastSize is the size of the file the last write left, or -1 if unknown; a write takes a
+	// reference to the file it replaces only when that file is large (see holdFile). Guarded
+	// by mu.
+	lastSize int64
 
 	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
 	releases sync.WaitGroup
@@ -76,6 +80,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		logger:     cfg.Logger, // the zero logr.Logger discards everything
 		quarantine: !cfg.OverwriteCorrupt,
 		clock:      cfg.Clock,
+		lastSize:   -1,
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
@@ -210,10 +215,15 @@ func (s *Store) writeLocked(b []byte, entries int) error {
 // replaceLocked replaces the checkpoint with what write writes, the encoding of entries
 // entries, and fsyncs the directory when dirSync is set. Callers hold mu.
 func (s *Store) replaceLocked(entries int, dirSync bool, write func(io.Writer) error) error {
-	replaced := holdFile(s.path)
-	err := writeFileAtomic(s.dir, s.path, write, dirSync)
+	var replaced *heldFile
+	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
+		replaced = holdFile(s.path)
+	}
+	size, err := writeFileAtomic(s.dir, s.path, write, dirSync)
 	s.releaseReplaced(replaced)
+	s.lastSize = size
 	if err != nil {
+		s.lastSize = -1
 		return &FileError{Path: s.path, Err: err}
 	}
 	return nil
@@ -253,10 +263,11 @@ func (s *Store) logWrite(bytes, entries int, dirSync bool) {
 
 // writeFileAtomic replaces path with what write writes through a temporary file in dir:
 // write, fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable.
-func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool) (err error) {
+// It returns the number of bytes written.
+func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool) (size int64, err error) {
 	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
+		return 0, fmt.Errorf("create temporary file: %w", err)
 	}
 	tmp := f.Name()
 	defer func() {
@@ -265,25 +276,38 @@ func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool
 			_ = os.Remove(tmp)
 		}
 	}()
-	if err = write(f); err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
+	cw := &countingWriter{w: f}
+	if err = write(cw); err != nil {
+		return 0, fmt.Errorf("write temporary file: %w", err)
 	}
 	if err = f.Sync(); err != nil {
-		return fmt.Errorf("sync temporary file: %w", err)
+		return 0, fmt.Errorf("sync temporary file: %w", err)
 	}
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("close temporary file: %w", err)
+		return 0, fmt.Errorf("close temporary file: %w", err)
 	}
 	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename temporary file: %w", err)
+		return 0, fmt.Errorf("rename temporary file: %w", err)
 	}
 	if !dirSync {
-		return nil
+		return cw.n, nil
 	}
 	if err := syncDir(dir); err != nil {
-		return err // the rename happened: keep the new file
+		return 0, err // the rename happened: keep the new file
 	}
-	return nil
+	return cw.n, nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // syncDir fsyncs a directory so that renames and removals in it are durable. Tests replace it
