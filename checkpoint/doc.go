@@ -23,8 +23,9 @@
 // and JSON errors read exactly like the kubelet's. Files in the plain shape
 // that Encode and the kubelet write (exact keys, no escapes, canonical
 // numbers) take a reflection-free parser, fuzzed against encoding/json, that
-// makes Decode about three times as fast; anything else goes through
-// encoding/json itself. Decode also reads the pre-1.20 (V1) layout, with its
+// makes Decode about three times as fast (for a large file the entries are
+// hashed on a second goroutine while the rest is parsed); anything else goes
+// through encoding/json itself. Decode also reads the pre-1.20 (V1) layout, with its
 // different checksum, and converts it the way kubelets 1.20 to 1.29 did (all
 // devices under NUMA node 0); kubelet 1.36 itself rejects V1 files.
 //
@@ -59,7 +60,9 @@
 // file. NewStore removes temporary files a killed writer left behind. The
 // file mode is 0600; a missing directory is created 0755, the kubelet's
 // mode, because it is the device-plugin socket directory that plugins must
-// traverse.
+// traverse. When the file being replaced is large, the Store keeps a
+// reference to it across the rename and drops it on a goroutine, so freeing
+// its blocks is not part of the write; Close waits for those goroutines.
 //
 // By default Read quarantines an unusable file (bad JSON, unknown layout,
 // checksum mismatch): it renames it to
