@@ -115,6 +115,24 @@ func (m *Manager) runCheckpointWriter(ctx context.Context) {
 	}
 }
 
+// precomputeCheckpoint prepares the next checkpoint write while plugins register after a
+// restart: the restored assignments' JSON text and checksum parts are computed once, on this
+// goroutine, so that the write after the first device list (synchronous on the plugin's
+// stream under the kubelet policy) costs little more than the file's bytes. It takes its
+// snapshot under mu and works outside it; a write running meanwhile is unaffected.
+func (m *Manager) precomputeCheckpoint() {
+	m.mu.Lock()
+	data := m.snapshotLocked()
+	m.mu.Unlock()
+	if len(data.Entries) == 0 {
+		return
+	}
+	if err := data.Precompute(); err != nil {
+		// The write will report it; nothing to precompute.
+		m.log.V(4).Info("Checkpoint content cannot be encoded", "err", err)
+	}
+}
+
 // restoreCheckpoint loads the assignments and registered resources from the checkpoint. Each
 // registered resource gets empty device sets and a stopped placeholder endpoint, so it reports
 // capacity 0 until its plugin registers again and is removed when the grace period ends.
