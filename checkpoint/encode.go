@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 )
 
-// parallelChecksumEntries is the entry count from which Encode computes the
-// checksum on a second goroutine while it emits the JSON. Below it the
+// parallelChecksumEntries is the entry count from which Encode emits the
+// JSON on a second goroutine while it computes the checksum. Below it the
 // goroutine would cost more than it saves.
 const parallelChecksumEntries = 128
 
@@ -20,9 +20,9 @@ const parallelChecksumEntries = 128
 // strings, HTML characters escaped, []byte as standard base64, nil as null).
 // The checksum is Checksum(d).
 //
-// For large data (parallelChecksumEntries entries or more) the checksum is
-// computed on a second goroutine while the JSON is emitted; Encode joins it
-// before returning, so no goroutine outlives the call. d is only read, by
+// For large data (parallelChecksumEntries entries or more) the JSON is
+// emitted on a second goroutine while the checksum is computed; Encode joins
+// it before returning, so no goroutine outlives the call. d is only read, by
 // both, and must not be modified during the call.
 //
 // Encode fails only with ErrInvalidUTF8: such a string would be written as
@@ -38,10 +38,12 @@ func Encode(d *Data) ([]byte, error) {
 		buf = make([]byte, 0, encodedSizeHint(d))
 	)
 	if len(d.PodDeviceEntries) >= parallelChecksumEntries {
-		done := make(chan uint32, 1)
-		go func() { done <- Checksum(d) }()
-		buf = w.data(buf, d)
-		sum = <-done
+		// The checksum, a chain of dependent steps, runs on this goroutine, which already
+		// holds a processor; the JSON goes to the new one.
+		done := make(chan []byte, 1)
+		go func() { done <- w.data(buf, d) }()
+		sum = Checksum(d)
+		buf = <-done
 	} else {
 		sum = Checksum(d)
 		buf = w.data(buf, d)

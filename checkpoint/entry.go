@@ -117,7 +117,7 @@ func (p *Prepared) Precompute() error {
 	if err != nil {
 		return err
 	}
-	checksumPrepared(p.Entries, p.Registered == nil, reg)
+	checksumPrepared(p.Entries, p.Registered == nil, reg, nil)
 	return nil
 }
 
@@ -169,20 +169,37 @@ func planPrepared(p *Prepared) (reg []*Registered, size int, err error) {
 }
 
 // emitPrepared passes the file for p up to and including the Data object to emit, piece by
-// piece, and returns the checksum. With parallelChecksumEntries entries or more, the checksum
-// is computed on a second goroutine while the pieces are emitted (a writer's syscalls overlap
-// the hashing); emitPrepared joins it before returning.
+// piece, and returns the checksum. With parallelChecksumEntries entries or more, once the
+// checksum has had to hash inlineHashBudget bytes of pieces afresh (the entries before them
+// changed), the pieces are emitted on a second goroutine while the hashing goes on, so that a
+// writer's syscalls overlap it; a checksum the memos answer is not worth a goroutine.
+// emitPrepared joins it before returning, and emit is never called concurrently with itself.
 func emitPrepared(p *Prepared, reg []*Registered, emit func([]byte)) uint32 {
+	emitAll := func() { emitPreparedJSON(emit, p.Entries, p.Registered == nil, reg) }
 	if len(p.Entries) < parallelChecksumEntries {
-		sum := checksumPrepared(p.Entries, p.Registered == nil, reg)
-		emitPreparedJSON(emit, p.Entries, p.Registered == nil, reg)
+		sum := checksumPrepared(p.Entries, p.Registered == nil, reg, nil)
+		emitAll()
 		return sum
 	}
-	done := make(chan uint32, 1)
-	go func() { done <- checksumPrepared(p.Entries, p.Registered == nil, reg) }()
-	emitPreparedJSON(emit, p.Entries, p.Registered == nil, reg)
-	return <-done
+	var done chan struct{}
+	sum := checksumPrepared(p.Entries, p.Registered == nil, reg, func() {
+		done = make(chan struct{})
+		go func() {
+			defer close(done)
+			emitAll()
+		}()
+	})
+	if done == nil {
+		emitAll()
+	} else {
+		<-done
+	}
+	return sum
 }
+
+// inlineHashBudget is how many bytes of pieces (measured by their JSON) checksumPrepared hashes
+// afresh before it calls its slow callback.
+const inlineHashBudget = 64 << 10
 
 // appendChecksumTail appends the end of the file: the checksum and the closing brace.
 func appendChecksumTail(buf []byte, sum uint32) []byte {
@@ -231,13 +248,25 @@ func emitPreparedJSON(emit func([]byte), entries []*Entry, regNil bool, reg []*R
 
 // checksumPrepared is the checksum of the Prepared whose pieces are given (reg sorted by
 // resource, regNil for a nil map), with each piece's text hashed again only when what comes
-// before it changed since its last checksum.
-func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered) uint32 {
+// before it changed since its last checksum. slow, if not nil, is called once, as soon as the
+// pieces hashed afresh add up to inlineHashBudget bytes of JSON.
+func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow func()) uint32 {
+	fresh := 0
+	hashing := func(t *cachedText) {
+		if slow == nil {
+			return
+		}
+		if fresh += len(t.json); fresh >= inlineHashBudget {
+			slow()
+			slow = nil
+		}
+	}
 	s := newHasher(false)
 	s.frag(s.t.head)
 	s.entries(entries == nil, len(entries), func(i int) {
 		e := entries[i]
 		if !e.sum.applied(&s) {
+			hashing(e.encoded())
 			h0 := s.h
 			s.entry(&e.PodDevicesEntry)
 			e.sum.remember(h0, s.h, func() int { return entryTextLen(s.t, &e.PodDevicesEntry) })
@@ -253,6 +282,7 @@ func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered) uint32 {
 				s.char(' ')
 			}
 			if !r.sum.applied(&s) {
+				hashing(r.encoded())
 				h0 := s.h
 				s.str(r.Resource)
 				s.char(':')

@@ -194,6 +194,27 @@ func TestPrecompute(t *testing.T) {
 	}
 }
 
+// TestEncodePreparedInlineAndParallel encodes a large Prepared three ways: fresh (the pieces are
+// emitted on a second goroutine once the hashing passes inlineHashBudget), again (the memos
+// answer, everything runs inline) and after its first entry changed (every later entry is
+// hashed again). Each gives Encode's bytes.
+func TestEncodePreparedInlineAndParallel(t *testing.T) {
+	d := benchData(t, 2*parallelChecksumEntries+1)
+	p := prepare(d)
+	want := mustEncode(t, d)
+	for _, round := range []string{"fresh", "memos"} {
+		if got := mustEncodePrepared(t, p); !bytes.Equal(got, want) {
+			t.Fatalf("%s: EncodePrepared differs from Encode", round)
+		}
+	}
+	first := benchData(t, 1).PodDeviceEntries[0]
+	first.PodUID = "000-first"
+	p.Entries[0] = NewEntry(first)
+	if got, want := mustEncodePrepared(t, p), mustEncode(t, p.Data()); !bytes.Equal(got, want) {
+		t.Fatal("changed first entry: EncodePrepared differs from Encode")
+	}
+}
+
 func mustEncodePrepared(t *testing.T, p *Prepared) []byte {
 	t.Helper()
 	b, err := EncodePrepared(p)
