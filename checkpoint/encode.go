@@ -35,18 +35,18 @@ func Encode(d *Data) ([]byte, error) {
 	var (
 		w   jsonWriter
 		sum uint32
-		buf = make([]byte, 0, encodedSizeHint(d))
+		buf []byte
 	)
 	if len(d.PodDeviceEntries) >= parallelChecksumEntries {
 		// The checksum, a chain of dependent steps, runs on this goroutine, which already
-		// holds a processor; the JSON goes to the new one.
+		// holds a processor; the JSON, and the allocation of the output, go to the new one.
 		done := make(chan []byte, 1)
-		go func() { done <- w.data(buf, d) }()
+		go func() { done <- w.data(make([]byte, 0, encodedSizeHint(d)), d) }()
 		sum = Checksum(d)
 		buf = <-done
 	} else {
 		sum = Checksum(d)
-		buf = w.data(buf, d)
+		buf = w.data(make([]byte, 0, encodedSizeHint(d)), d)
 	}
 	if w.badUTF8 {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidUTF8, w.badString)
