@@ -137,8 +137,14 @@ func appendPrepared(dst []byte, p *Prepared) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf := slices.Grow(dst, size)
-	sum := emitPrepared(p, reg, func(b []byte) { buf = append(buf, b...) })
+	// The buffer is grown by whichever goroutine emits the pieces (see emitPrepared).
+	buf, grown := dst, false
+	sum := emitPrepared(p, reg, func(b []byte) {
+		if !grown {
+			buf, grown = slices.Grow(buf, size), true
+		}
+		buf = append(buf, b...)
+	})
 	return appendChecksumTail(buf, sum), nil
 }
 
