@@ -15,7 +15,19 @@ import (
 // longer than the grace period. Removal deletes the resource's endpoint and device sets and
 // writes the checkpoint. A resource with an endpoint but no device list yet is not reported.
 // Embedders publish removed resources with capacity 0, as the kubelet does.
+//
+// Unless a resource is due for removal, GetCapacity takes no lock: it reads the counts the
+// state publishes at every change (state.CapacityView), so a reader polling capacity never
+// makes a plugin's stream or an admission wait, nor waits for them.
 func (m *Manager) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
+	if view := m.st.CapacityView(); !view.Expired(m.cfg.Clock.Now(), m.cfg.GracePeriod) {
+		capacity, allocatable = make(v1.ResourceList, len(view)), make(v1.ResourceList, len(view))
+		for _, r := range view {
+			capacity[v1.ResourceName(r.Name)] = *resource.NewQuantity(r.Capacity, resource.DecimalSI)
+			allocatable[v1.ResourceName(r.Name)] = *resource.NewQuantity(r.Allocatable, resource.DecimalSI)
+		}
+		return capacity, allocatable, nil
+	}
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()
 	removed = m.st.EachCapacity(m.cfg.Clock.Now(), m.cfg.GracePeriod, func(res string, c state.Counts) {

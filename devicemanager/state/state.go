@@ -67,6 +67,9 @@ type State struct {
 	pending map[string]sets.Set[string] // devices reserved by allocations in flight
 	reuse   map[string]map[string]sets.Set[string]
 	running sets.Set[ContainerKey]
+	// capacity is the published CapacityView, the one field readers may use without the
+	// owner's lock.
+	capacity capacityCell
 }
 
 // New returns an empty state.
@@ -91,6 +94,7 @@ func (s *State) SetRunning(keys []ContainerKey) {
 // stay as they are (the previous instance's list, or the checkpoint's empty sets) until the
 // instance sends its first list.
 func (s *State) Connect(res string) {
+	defer s.publishCapacity()
 	r := s.resources[res]
 	if r == nil {
 		r = &resource{}
@@ -107,6 +111,7 @@ func (s *State) Disconnect(res string, now time.Time) bool {
 	if r == nil {
 		return false
 	}
+	defer s.publishCapacity()
 	if r.connected || r.stoppedAt.IsZero() {
 		r.stoppedAt = now
 	}
@@ -135,6 +140,7 @@ func (s *State) AddRestored(res string, now time.Time) {
 	}
 	s.resources[res] = &resource{healthy: sets.New[string](), unhealthy: sets.New[string](),
 		devs: newDeviceTable(0), stoppedAt: now}
+	s.publishCapacity()
 }
 
 // ApplyDeviceList makes devs the resource's device list, replacing healthy, unhealthy and the
@@ -145,6 +151,7 @@ func (s *State) AddRestored(res string, now time.Time) {
 // caller may reuse or drop the message. The caller makes sure devs come from the current
 // instance.
 func (s *State) ApplyDeviceList(res string, devs []*pluginapi.Device) []string {
+	defer s.publishCapacity()
 	r := s.resources[res]
 	if r == nil {
 		r = &resource{connected: true}
@@ -195,13 +202,19 @@ func (s *State) EachCapacity(now time.Time, grace time.Duration, each func(res s
 	for _, name := range removed {
 		delete(s.resources, name)
 	}
+	if len(removed) > 0 {
+		s.publishCapacity()
+	}
 	sort.Strings(removed)
 	return removed
 }
 
 // Forget removes the resource's device sets and plugin record, as Capacity does at the end of
 // the grace period.
-func (s *State) Forget(res string) { delete(s.resources, res) }
+func (s *State) Forget(res string) {
+	delete(s.resources, res)
+	s.publishCapacity()
+}
 
 // IsDevicePluginResource reports whether the resource is served, or was served and still has
 // assignments, by a device plugin.
