@@ -144,19 +144,28 @@ func (s *hasher) bytesDec(b []byte) {
 				s.text = append(s.text, d.d[:d.n]...)
 			}
 		}
-		h := fnv1a(s.h, d.d[:d.n])
-		t := s.t
-		// l is a uint holding a byte: loading it needs no zero extension on
-		// the low-byte chain, the loop's critical path, and the compiler
-		// still proves every index in range.
-		l := uint(uint8(h))
-		for _, c := range b[1:] {
-			h = t.byteMul[c]*h + t.byteAdd[c][l]
-			l = uint(t.byteNext[c][l])
-		}
-		s.h = h
+		s.h = s.t.decimalBytes(fnv1a(s.h, d.d[:d.n]), b[1:])
 	}
 	s.char(']')
+}
+
+// decimalBytes returns the state after hashing " <decimal of c>" for each byte
+// c of b, starting from h: one multiply and two table lookups per byte. The
+// loop is the checksum's hottest (most of the hashed text is AllocResp bytes)
+// and is kept out of line on purpose: inlined into bytesDec, the same
+// instructions ran about 17% slower on the 1000-pod benchmark data.
+//
+//go:noinline
+func (t *hashTables) decimalBytes(h uint32, b []byte) uint32 {
+	// l is a uint holding a byte: loading it needs no zero extension on the
+	// low-byte chain, the loop's critical path, and the compiler still
+	// proves every index in range.
+	l := uint(uint8(h))
+	for _, c := range b {
+		h = t.byteMul[c]*h + t.byteAdd[c][l]
+		l = uint(t.byteNext[c][l])
+	}
+	return h
 }
 
 // devMap emits DEVMAP with keys in ascending numeric order.
