@@ -64,6 +64,19 @@
 // reference to it across the rename and drops it on a goroutine, so freeing
 // its blocks is not part of the write; Close waits for those goroutines.
 //
+// On Linux, once a checkpoint exists, a write does not make a new file: it
+// overwrites the spare (SpareFileName, the file the previous write replaced),
+// fsyncs it, exchanges its name with the checkpoint's in one atomic step
+// (renameat2 RENAME_EXCHANGE) and fsyncs the directory. Overwriting allocated
+// blocks and swapping two names costs the disk about half of what a new
+// file costs, and nothing is freed. The directory sync follows every such
+// write, because the next one overwrites the spare, which must by then not be
+// the checkpoint on disk. The spare is overwritten only under an exclusive
+// flock and only while it is still the file at its name; Read holds a shared
+// flock on the file it reads. A spare that is not a private 0600 regular file
+// of the Store's user is never written into, and a file system that cannot
+// exchange names gets new files as before.
+//
 // By default Read quarantines an unusable file (bad JSON, unknown layout,
 // checksum mismatch): it renames it to
 // "kubelet_internal_checkpoint.corrupt-<UTC time>" and returns a

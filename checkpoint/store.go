@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -23,6 +24,11 @@ const (
 	// and plugin-socket cleanup ignore dot-files in the socket directory.
 	tempPrefix = "." + FileName + ".tmp-"
 
+	// SpareFileName is the file in the checkpoint's directory that Linux writes fill and then
+	// exchange with the checkpoint (see Write): after a write it holds the checkpoint that
+	// write replaced. Unlike the other temporary files, NewStore keeps it for later writes.
+	SpareFileName = tempPrefix + "spare"
+
 	// DirMode is the mode NewStore creates a missing directory with. It is
 	// the kubelet's: the directory is the device-plugin socket directory,
 	// which plugin processes must be able to traverse to reach kubelet.sock.
@@ -35,11 +41,17 @@ const (
 // All methods are safe for concurrent use; they are serialised by one mutex,
 // so a Read never observes, nor quarantines, a file another method of the
 // same Store is replacing. Another process writing the same file (a kubelet)
-// is not coordinated with; every replacement is an atomic rename, so a reader
-// sees either the old or the new file.
+// is not coordinated with; every replacement is an atomic rename or exchange
+// of names, so the checkpoint's name always leads to a whole file. On Linux a
+// write reuses the file the previous write replaced (see replaceViaSpare)
+// under an exclusive flock; Read holds a shared flock while it reads, so Stores
+// never see a file change under them. A reader that takes no lock and keeps
+// the file open across two writes may see the second one's bytes; the
+// checksum then fails, and reading the path again gives the whole file.
 type Store struct {
 	dir        string
 	path       string
+	spare      string
 	logger     klog.Logger
 	quarantine bool
 	clock      clock.PassiveClock
@@ -52,6 +64,12 @@ type Store struct {
 	// reference to the file it replaces only when that file is large (see holdFile). Guarded
 	// by mu.
 	lastSize int64
+	// noExchange is set once the file system refused to exchange names; spareSafe is cleared
+	// while the spare may still be the checkpoint on disk (the directory sync after an
+	// exchange failed, or NewStore found a spare), until a later directory sync succeeds.
+	// Either keeps writes off the spare. Guarded by mu.
+	noExchange bool
+	spareSafe  bool
 
 	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
 	releases sync.WaitGroup
@@ -68,9 +86,11 @@ const writeBufferSize = 256 << 10
 // NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
 // creates the directory with DirMode if it is missing, and removes temporary
 // files that a writer killed mid-write left behind (only names starting with
-// ".kubelet_internal_checkpoint.tmp-"; the kubelet's own temp files are not
-// touched). It fails with cfg.Validate's error if cfg is invalid, or if the
-// directory cannot be created, listed or cleaned.
+// ".kubelet_internal_checkpoint.tmp-", but for SpareFileName; the kubelet's
+// own temp files are not touched). A spare found there is not written into
+// before the first write that syncs the directory. It fails with
+// cfg.Validate's error if cfg is invalid, or if the directory cannot be
+// created, listed or cleaned.
 func NewStore(cfg StoreConfig) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -81,11 +101,13 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		quarantine: !cfg.OverwriteCorrupt,
 		clock:      cfg.Clock,
 		lastSize:   -1,
+		spareSafe:  true,
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
 	s.path = filepath.Join(s.dir, FileName)
+	s.spare = filepath.Join(s.dir, SpareFileName)
 	if err := os.MkdirAll(s.dir, DirMode); err != nil {
 		return nil, fmt.Errorf("checkpoint store: create directory: %w", err)
 	}
@@ -102,6 +124,13 @@ func (s *Store) removeStaleTemps() error {
 	}
 	removed := false
 	for _, e := range entries {
+		if e.Name() == SpareFileName {
+			// Kept: removing it would free its blocks and sync the directory on the way to
+			// reading the checkpoint. A previous Store may have exchanged it just before it
+			// stopped, so until a directory sync it may still be the checkpoint on disk.
+			s.spareSafe = false
+			continue
+		}
 		if !strings.HasPrefix(e.Name(), tempPrefix) || !e.Type().IsRegular() {
 			continue
 		}
@@ -123,11 +152,15 @@ func (s *Store) Path() string { return s.path }
 
 // Write replaces the checkpoint with Encode(d), durably: it writes a
 // temporary file in the same directory (mode 0600, name starting with a dot),
-// fsyncs it, closes it, renames it over the checkpoint and fsyncs the
-// directory. After a crash at any point the file is either the old or the
-// new checkpoint. On failure the temporary file is removed and the old
-// checkpoint is left as it was, except when only the final directory fsync
-// failed (the new file is in place, but its durability is unknown).
+// fsyncs it, renames it over the checkpoint and fsyncs the directory. On
+// Linux, once a checkpoint exists, the temporary file is the one the previous
+// write replaced, overwritten in place, and it takes the checkpoint's name by
+// an atomic exchange of the two names (see replaceViaSpare); the directory is
+// fsynced after it in every case. After a crash at any point the file is
+// either the old or the new checkpoint. On failure the temporary file is
+// removed and the old checkpoint is left as it was, except when only the
+// final directory fsync failed (the new file is in place, but its durability
+// is unknown).
 // Errors are *FileError; ErrInvalidUTF8 is reported before touching disk.
 func (s *Store) Write(d *Data) error {
 	b, err := Encode(d)
@@ -156,6 +189,9 @@ func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, tru
 // ever (written, fsynced and renamed, so a crash never leaves a partial
 // file), but until the directory is next synced, by any later Write or
 // WritePrepared, a crash may bring back the checkpoint this one replaced.
+// A write that reuses the spare (see Write) syncs the directory all the same:
+// the next write overwrites the spare, which must by then not be the
+// checkpoint on disk. It is still the cheaper write.
 func (s *Store) WritePreparedNoDirSync(p *Prepared) error { return s.writePrepared(p, false) }
 
 func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
@@ -169,7 +205,7 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	size := 0
-	err = s.replaceLocked(len(p.Entries), dirSync, func(f io.Writer) error {
+	how, err := s.replaceLocked(len(p.Entries), dirSync, func(f io.Writer) error {
 		if s.bw == nil {
 			s.bw = bufio.NewWriterSize(f, writeBufferSize)
 		}
@@ -198,35 +234,55 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	if err != nil {
 		return err
 	}
-	s.logWrite(size, len(p.Entries), dirSync)
+	s.logWrite(size, len(p.Entries), how)
 	return nil
 }
 
 // writeLocked replaces the checkpoint with b, the encoding of entries entries, durably.
 // Callers hold mu.
 func (s *Store) writeLocked(b []byte, entries int) error {
-	if err := s.replaceLocked(entries, true, func(f io.Writer) error { _, err := f.Write(b); return err }); err != nil {
+	how, err := s.replaceLocked(entries, true, func(f io.Writer) error { _, err := f.Write(b); return err })
+	if err != nil {
 		return err
 	}
-	s.logWrite(len(b), entries, true)
+	s.logWrite(len(b), entries, how)
 	return nil
 }
 
-// replaceLocked replaces the checkpoint with what write writes, the encoding of entries
-// entries, and fsyncs the directory when dirSync is set. Callers hold mu.
-func (s *Store) replaceLocked(entries int, dirSync bool, write func(io.Writer) error) error {
+// replacement says how a write replaced the checkpoint.
+type replacement struct {
+	viaSpare bool // through the spare (replaceViaSpare), not a new temporary file
+	dirSync  bool // the directory was synced after it
+}
+
+// replaceLocked replaces the checkpoint with what write writes, through the spare when it can
+// (replaceViaSpare) and a new temporary file otherwise, and fsyncs the directory when
+// dirSync is set (a write through the spare always does). Callers hold mu.
+func (s *Store) replaceLocked(entries int, dirSync bool, write func(io.Writer) error) (replacement, error) {
+	size, done, err := s.replaceViaSpare(write)
+	if done {
+		s.lastSize = size
+		if err != nil {
+			s.lastSize = -1
+			return replacement{}, &FileError{Path: s.path, Err: err}
+		}
+		return replacement{viaSpare: true, dirSync: true}, nil
+	}
 	var replaced *heldFile
 	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
 		replaced = holdFile(s.path)
 	}
-	size, err := writeFileAtomic(s.dir, s.path, write, dirSync)
+	size, err = writeFileAtomic(s.dir, s.path, write, dirSync)
 	s.releaseReplaced(replaced)
 	s.lastSize = size
 	if err != nil {
 		s.lastSize = -1
-		return &FileError{Path: s.path, Err: err}
+		return replacement{}, &FileError{Path: s.path, Err: err}
 	}
-	return nil
+	if dirSync {
+		s.spareSafe = true // the directory is on disk as it is now
+	}
+	return replacement{dirSync: dirSync}, nil
 }
 
 // Close waits until the files that writes replaced are released (see asyncReleaseSize). The
@@ -257,8 +313,9 @@ func (s *Store) releaseReplaced(h *heldFile) {
 	}()
 }
 
-func (s *Store) logWrite(bytes, entries int, dirSync bool) {
-	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries, "dirSynced", dirSync)
+func (s *Store) logWrite(bytes, entries int, how replacement) {
+	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries,
+		"dirSynced", how.dirSync, "viaSpare", how.viaSpare)
 }
 
 // writeFileAtomic replaces path with what write writes through a temporary file in dir:
@@ -345,7 +402,7 @@ func (s *Store) Read() (*Data, Layout, error) {
 
 	// A FIFO or a device planted at the path neither hangs nor fools the reader: it is
 	// refused, and is neither quarantined nor replaced.
-	b, fi, err := hostfile.Read(s.path, 0, true)
+	b, fi, err := s.readLocked()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, LayoutV2, &FileError{Path: s.path, Err: ErrNotFound}
 	}
@@ -364,14 +421,40 @@ func (s *Store) Read() (*Data, Layout, error) {
 	return nil, layout, s.quarantineFile(fi, ferr)
 }
 
-// Remove deletes the checkpoint file and fsyncs the directory. A missing
-// file is not an error. Errors are *FileError.
+// readLocked reads the checkpoint under a shared lock (see lockForRead). A file that another
+// Store is overwriting, or has just moved, is read again from the path: up to
+// readBusyAttempts times, a millisecond apart, then without the lock, as any reader would.
+// Callers hold mu.
+func (s *Store) readLocked() ([]byte, fs.FileInfo, error) {
+	for range readBusyAttempts {
+		b, fi, err := hostfile.ReadChecked(s.path, 0, true, s.lockForRead)
+		if !errors.Is(err, errReadBusy) {
+			return b, fi, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return hostfile.Read(s.path, 0, true)
+}
+
+// readBusyAttempts bounds how long Read waits for another Store's write (see readLocked).
+const readBusyAttempts = 100
+
+// errReadBusy is lockForRead's report that the file it was given is being overwritten.
+var errReadBusy = errors.New("checkpoint file is being replaced")
+
+// Remove deletes the checkpoint file, and the spare holding the checkpoint
+// before it, and fsyncs the directory. A missing file is not an error. Errors
+// are *FileError.
 func (s *Store) Remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	spareErr := os.Remove(s.spare)
 	err := os.Remove(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		if spareErr != nil {
+			return nil
+		}
+		err = nil
 	}
 	if err == nil {
 		err = syncDir(s.dir)

@@ -39,6 +39,13 @@ func (e *TooLargeError) Error() string {
 // element is refused (ELOOP). Errors are the open's (fs.ErrNotExist, permissions),
 // *NotRegularError, *TooLargeError, or the read's.
 func Read(path string, limit int64, follow bool) ([]byte, fs.FileInfo, error) {
+	return ReadChecked(path, limit, follow, nil)
+}
+
+// ReadChecked is Read with check, when not nil, called on the opened regular file before
+// anything is read from it; an error from check is returned as it is. The file stays open
+// until the read ends, so a lock that check takes on it covers the whole read.
+func ReadChecked(path string, limit int64, follow bool, check func(*os.File, fs.FileInfo) error) ([]byte, fs.FileInfo, error) {
 	flags := os.O_RDONLY | syscall.O_NONBLOCK | syscall.O_NOCTTY
 	if !follow {
 		flags |= syscall.O_NOFOLLOW
@@ -54,6 +61,11 @@ func Read(path string, limit int64, follow bool) ([]byte, fs.FileInfo, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, nil, &NotRegularError{Mode: fi.Mode()}
+	}
+	if check != nil {
+		if err := check(f, fi); err != nil {
+			return nil, nil, err
+		}
 	}
 	if limit <= 0 {
 		data, err := readAll(f, fi.Size())
