@@ -150,7 +150,8 @@ func (s *hasher) bytesDec(b []byte) {
 }
 
 // decimalBytes returns the state after hashing " <decimal of c>" for each byte
-// c of b, starting from h: one multiply and two table lookups per byte. The
+// c of b, starting from h: two table lookups per byte, and a multiply and an
+// add per pair of bytes on the state's chain (see hashTables). The
 // loop is the checksum's hottest (most of the hashed text is AllocResp bytes)
 // and is kept out of line on purpose: inlined into bytesDec, the same
 // instructions ran about 17% slower on the 1000-pod benchmark data.
@@ -161,9 +162,22 @@ func (t *hashTables) decimalBytes(h uint32, b []byte) uint32 {
 	// low-byte chain, the loop's critical path, and the compiler still
 	// proves every index in range.
 	l := uint(uint8(h))
-	for _, c := range b {
-		h = t.byteMul[c]*h + t.byteAdd[c][l]
-		l = uint(t.byteNext[c][l])
+	// Two bytes per step: h = m1*(m0*h + a0) + a1 = (m1*m0)*h + (m1*a0 + a1), so
+	// the state's own chain is one multiply and one add per pair, and the
+	// products of the terms are off it.
+	i := 0
+	for ; i+1 < len(b); i += 2 {
+		c0, c1 := b[i], b[i+1]
+		a0 := t.byteAdd[c0][l&63]
+		l = uint(t.byteNext[c0][l])
+		a1 := t.byteAdd[c1][l&63]
+		l = uint(t.byteNext[c1][l])
+		m1 := t.byteMul[c1]
+		h = (m1*t.byteMul[c0])*h + (m1*a0 + a1)
+	}
+	if i < len(b) {
+		c := b[i]
+		h = t.byteMul[c]*h + t.byteAdd[c][l&63]
 	}
 	return h
 }

@@ -50,19 +50,26 @@ func pow32(x uint32, n int) uint32 {
 }
 
 // hashTables holds every precomputed transform. It is built once, on first
-// use, and never modified afterwards (about 330 KiB).
+// use, and never modified afterwards (about 145 KiB).
 type hashTables struct {
 	head, headV1, reg, podUID, container, resource, devices, devicesV1, allocResp, nilText, mapOpen *fragment
 
 	// For the text " <decimal of c>" that follows every AllocResp byte c
 	// but the first: byteMul[c] is p^len, and for an incoming low byte L,
-	// byteAdd[c][L] is the additive term and byteNext[c][L] the low byte
+	// byteAdd[c][L&63] is the additive term and byteNext[c][L] the low byte
 	// afterwards. The low-byte chain is the only sequential dependency; a
 	// separate 64 KiB byte table, addressed by row, keeps it to one L1 load
 	// per AllocResp byte while byteAdd is looked up off the critical path.
+	//
+	// The additive term ignores L's top two bits. Every character of the
+	// text (a space, digits) is below 0x40, so XOR with it never touches
+	// bits 6 and 7, and adding 0x40*k to the state commutes with every step:
+	// fnv(h + 0x40*k, text) == fnv(h, text) + 0x40*k*p^len. Hence
+	// add(L + 0x40*k) == add(L). Rows of 64 terms keep the table's part that
+	// an AllocResp touches small enough to share the L1 cache with byteNext.
 	byteMul  [256]uint32
 	byteNext [256][256]uint8
-	byteAdd  [256][256]uint32
+	byteAdd  [256][64]uint32
 }
 
 var hashTablesOnce = sync.OnceValue(buildHashTables)
@@ -85,7 +92,9 @@ func buildHashTables() *hashTables {
 		f := newFragment(" " + strconv.Itoa(c))
 		t.byteMul[c] = f.mul
 		for l := 0; l < 256; l++ {
-			t.byteAdd[c][l] = f.add[l]
+			if l < 64 {
+				t.byteAdd[c][l] = f.add[l] // the rest repeat it (TestHashTables checks every L)
+			}
 			t.byteNext[c][l] = uint8(f.mul*uint32(l) + f.add[l])
 		}
 	}
