@@ -19,8 +19,8 @@ var exchangeFiles = func(a, b string) error {
 // replaceViaSpare replaces the checkpoint with what write writes by overwriting the spare
 // file (see SpareFileName) and swapping it with the checkpoint, and reports whether it did the
 // write (done). It declines, leaving everything as it was, when the spare cannot be used
-// safely: the checkpoint is not a regular file, the spare is not a private regular file of
-// ours, another writer holds it, the last directory sync failed, or the file system cannot
+// safely: the checkpoint is not a regular file, the spare is not a regular file of ours with
+// one name, another writer holds it, the last directory sync failed, or the file system cannot
 // exchange names. The caller then writes a fresh temporary file instead.
 //
 // Overwriting a file whose blocks are already allocated, then exchanging two names, costs the
@@ -86,30 +86,43 @@ func (s *Store) replaceViaSpare(write func(io.Writer) error) (size int64, done b
 
 // openSpare opens the spare for overwriting, creating it if it is missing, and locks it
 // exclusively. It returns nil when the spare must not be used: it is not a regular file, has
-// another name too, is not ours or not mode 0600, another writer holds it, or it is no longer
-// the file at the spare's name (a concurrent writer exchanged it).
+// another name too, is not ours, another writer holds it, or it is no longer the file at the
+// spare's name (a concurrent writer exchanged it). A spare of ours with another mode than 0600
+// (a kubelet's checkpoint, 0644, that an exchange moved there) is removed and made anew: a
+// process that opened it while it was readable must not read later checkpoints through it.
 func (s *Store) openSpare() *os.File {
-	fd, err := unix.Open(s.spare, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		fd, err = unix.Open(s.spare, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	for range 2 {
+		fd, err := unix.Open(s.spare, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			fd, err = unix.Open(s.spare, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		}
+		if err != nil {
+			return nil
+		}
+		var st, cur unix.Stat_t
+		ours := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil &&
+			unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 &&
+			int(st.Uid) == os.Geteuid() &&
+			unix.Lstat(s.spare, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino
+		switch {
+		case !ours:
+			_ = unix.Close(fd)
+			return nil
+		case st.Mode&0o7777 != 0o600:
+			err := unix.Unlink(s.spare) // still the file we hold: the lock keeps other Stores off
+			_ = unix.Close(fd)
+			if err != nil {
+				return nil
+			}
+			continue
+		}
+		if err := unix.SetNonblock(fd, false); err != nil {
+			_ = unix.Close(fd)
+			return nil
+		}
+		return os.NewFile(uintptr(fd), s.spare)
 	}
-	if err != nil {
-		return nil
-	}
-	var st, cur unix.Stat_t
-	usable := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil &&
-		unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 &&
-		st.Mode&0o7777 == 0o600 && int(st.Uid) == os.Geteuid() &&
-		unix.Lstat(s.spare, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino
-	if !usable {
-		_ = unix.Close(fd)
-		return nil
-	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		_ = unix.Close(fd)
-		return nil
-	}
-	return os.NewFile(uintptr(fd), s.spare)
+	return nil
 }
 
 // dropSpare removes the spare after a failed write: what it holds is incomplete.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -114,21 +115,16 @@ func TestWriteThroughSpare(t *testing.T) {
 	}
 }
 
-// TestSpareRefused: whatever sits at the spare's name that is not a private regular file of
-// this Store's (a symlink, a directory, a FIFO, a file with a second name, a file with another
-// mode, a file another writer holds) is left untouched, and the write goes through a new
-// temporary file instead.
+// TestSpareRefused: whatever sits at the spare's name that is not a regular file of this
+// Store's with one name (a symlink, a directory, a FIFO, a file with a second name, a file
+// another writer holds) is left untouched, and the write goes through a new temporary file
+// instead.
 func TestSpareRefused(t *testing.T) {
 	for name, plant := range map[string]func(t *testing.T, spare, victim string) func(){
 		"symlink":   func(t *testing.T, spare, victim string) func() { must(t, os.Symlink(victim, spare)); return nil },
 		"directory": func(t *testing.T, spare, _ string) func() { must(t, os.Mkdir(spare, 0o700)); return nil },
 		"fifo":      func(t *testing.T, spare, _ string) func() { must(t, syscall.Mkfifo(spare, 0o600)); return nil },
 		"hard link": func(t *testing.T, spare, victim string) func() { must(t, os.Link(victim, spare)); return nil },
-		"mode 0644": func(t *testing.T, spare, _ string) func() {
-			must(t, os.WriteFile(spare, []byte("precious\n"), 0o600))
-			must(t, os.Chmod(spare, 0o644))
-			return nil
-		},
 		"locked": func(t *testing.T, spare, _ string) func() {
 			must(t, os.WriteFile(spare, []byte("precious\n"), 0o600))
 			f, err := os.Open(spare)
@@ -384,6 +380,40 @@ func TestSpareFoundAtStart(t *testing.T) {
 	}
 	raw, err := os.ReadFile(s.Path())
 	if err != nil || genOf(t, raw) != "5" {
+		t.Fatalf("checkpoint holds %q (%v)", raw, err)
+	}
+}
+
+// TestSpareWithAnotherMode: a spare of ours that is not mode 0600 (a kubelet's 0644
+// checkpoint, which the first exchange moves to the spare's name) is not written into: it is
+// removed, so a process holding it open never reads a later checkpoint through it, and a new
+// 0600 spare takes its place in the same write.
+func TestSpareWithAnotherMode(t *testing.T) {
+	exchanges := countExchanges(t, nil)
+	dir := t.TempDir()
+	s := newTestStore(t, StoreConfig{Dir: dir})
+	must(t, s.Write(generation(1, 100)))
+	spare := filepath.Join(dir, SpareFileName)
+	must(t, os.WriteFile(spare, []byte("precious\n"), 0o600))
+	must(t, os.Chmod(spare, 0o644))
+	reader, err := os.Open(spare)
+	must(t, err)
+	defer reader.Close()
+
+	must(t, s.Write(generation(2, 100)))
+	if exchanges.Load() != 1 {
+		t.Fatalf("%d exchanges, want the write to go through a new spare", exchanges.Load())
+	}
+	if got, err := io.ReadAll(reader); err != nil || string(got) != "precious\n" {
+		t.Errorf("the 0644 file, still open, now holds %q (%v)", got, err)
+	}
+	for _, p := range []string{s.Path(), spare} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v (%v), want 0600", p, fi.Mode(), err)
+		}
+	}
+	raw, err := os.ReadFile(s.Path())
+	if err != nil || genOf(t, raw) != "2" {
 		t.Fatalf("checkpoint holds %q (%v)", raw, err)
 	}
 }
