@@ -25,6 +25,27 @@ func generation(gen, size int) *Data {
 	return d
 }
 
+// preparedGeneration is generation(gen, size) as Prepared content.
+func preparedGeneration(gen, size int) *Prepared {
+	d := generation(gen, size)
+	return &Prepared{
+		Entries:    []*Entry{NewEntry(d.PodDeviceEntries[0])},
+		Registered: []*Registered{NewRegistered("example.com/gen", d.RegisteredDevices["example.com/gen"])},
+	}
+}
+
+// wantGeneration fails the test unless the checkpoint at path holds generation gen.
+func wantGeneration(t *testing.T, path string, gen int) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := genOf(t, raw); got != fmt.Sprint(gen) {
+		t.Fatalf("the checkpoint holds generation %s, want %d", got, gen)
+	}
+}
+
 // genOf is the generation a checkpoint file holds.
 func genOf(t *testing.T, raw []byte) string {
 	t.Helper()
@@ -81,20 +102,13 @@ func TestWriteThroughSpare(t *testing.T) {
 	inodes := map[uint64]bool{}
 	for gen := 2; gen <= 6; gen++ {
 		syncs = 0
-		p := &Prepared{}
-		d := generation(gen, 100*gen)
-		p.Entries = []*Entry{NewEntry(d.PodDeviceEntries[0])}
-		p.Registered = []*Registered{NewRegistered("example.com/gen", d.RegisteredDevices["example.com/gen"])}
-		if err := s.WritePreparedNoDirSync(p); err != nil {
+		if err := s.WritePreparedNoDirSync(preparedGeneration(gen, 100*gen)); err != nil {
 			t.Fatal(err)
 		}
 		if syncs != 1 {
 			t.Errorf("write %d through the spare synced the directory %d times, want 1", gen, syncs)
 		}
-		raw, err := os.ReadFile(s.Path())
-		if err != nil || genOf(t, raw) != fmt.Sprint(gen) {
-			t.Fatalf("after write %d the checkpoint holds %q (%v)", gen, raw, err)
-		}
+		wantGeneration(t, s.Path(), gen)
 		old, err := os.ReadFile(spare)
 		if err != nil || genOf(t, old) != fmt.Sprint(gen-1) {
 			t.Fatalf("after write %d the spare does not hold write %d: %v", gen, gen-1, err)
@@ -155,10 +169,7 @@ func TestSpareRefused(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the write is blocked by what sits at the spare's name")
 			}
-			raw, err := os.ReadFile(s.Path())
-			if err != nil || genOf(t, raw) != "2" {
-				t.Fatalf("checkpoint after the write: %q (%v)", raw, err)
-			}
+			wantGeneration(t, s.Path(), 2)
 			if exchanges.Load() != 0 {
 				t.Errorf("the write exchanged names %d times through a refused spare", exchanges.Load())
 			}
@@ -193,10 +204,7 @@ func TestExchangeUnsupported(t *testing.T) {
 	s := newTestStore(t, StoreConfig{Dir: dir})
 	for gen := 1; gen <= 4; gen++ {
 		must(t, s.Write(generation(gen, 100)))
-		raw, err := os.ReadFile(s.Path())
-		if err != nil || genOf(t, raw) != fmt.Sprint(gen) {
-			t.Fatalf("after write %d the checkpoint holds %q (%v)", gen, raw, err)
-		}
+		wantGeneration(t, s.Path(), gen)
 		if _, err := os.Lstat(filepath.Join(dir, SpareFileName)); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("after write %d a spare is left (%v)", gen, err)
 		}
@@ -247,10 +255,7 @@ func TestSpareAfterFailedDirSync(t *testing.T) {
 	if exchanges.Load() != 2 {
 		t.Errorf("after a successful directory sync the spare was not used again (%d exchanges)", exchanges.Load())
 	}
-	raw, err := os.ReadFile(s.Path())
-	if err != nil || genOf(t, raw) != "4" {
-		t.Fatalf("checkpoint holds %q (%v)", raw, err)
-	}
+	wantGeneration(t, s.Path(), 4)
 }
 
 // TestReadersAndWritersOfTwoStores: two Stores of one directory write large checkpoints in a
@@ -365,11 +370,7 @@ func TestSpareFoundAtStart(t *testing.T) {
 	if got, err := os.ReadFile(spare); err != nil || !bytes.Equal(got, held) {
 		t.Fatalf("NewStore removed or changed the spare (%v)", err)
 	}
-	p := &Prepared{}
-	d := generation(3, 100)
-	p.Entries = []*Entry{NewEntry(d.PodDeviceEntries[0])}
-	p.Registered = []*Registered{NewRegistered("example.com/gen", d.RegisteredDevices["example.com/gen"])}
-	must(t, s.WritePreparedNoDirSync(p))
+	must(t, s.WritePreparedNoDirSync(preparedGeneration(3, 100)))
 	if got, err := os.ReadFile(spare); err != nil || !bytes.Equal(got, held) || exchanges.Load() != 1 {
 		t.Fatalf("the new Store wrote into the spare before syncing the directory (%d exchanges, %v)", exchanges.Load(), err)
 	}
@@ -378,10 +379,7 @@ func TestSpareFoundAtStart(t *testing.T) {
 	if exchanges.Load() != 2 {
 		t.Errorf("after a synced write the new Store did not use the spare (%d exchanges)", exchanges.Load())
 	}
-	raw, err := os.ReadFile(s.Path())
-	if err != nil || genOf(t, raw) != "5" {
-		t.Fatalf("checkpoint holds %q (%v)", raw, err)
-	}
+	wantGeneration(t, s.Path(), 5)
 }
 
 // TestSpareWithAnotherMode: a spare of ours that is not mode 0600 (a kubelet's 0644
@@ -412,8 +410,5 @@ func TestSpareWithAnotherMode(t *testing.T) {
 			t.Errorf("%s: mode %v (%v), want 0600", p, fi.Mode(), err)
 		}
 	}
-	raw, err := os.ReadFile(s.Path())
-	if err != nil || genOf(t, raw) != "2" {
-		t.Fatalf("checkpoint holds %q (%v)", raw, err)
-	}
+	wantGeneration(t, s.Path(), 2)
 }
