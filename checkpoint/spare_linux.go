@@ -128,19 +128,21 @@ func (s *Store) openSpare() *os.File {
 // dropSpare removes the spare after a failed write: what it holds is incomplete.
 func (s *Store) dropSpare() { _ = os.Remove(s.spare) }
 
-// lockForRead takes a shared flock on f, the checkpoint Read opened, and checks that f is
-// still the file at the checkpoint's path. errReadBusy means a writer holds f (it is being
-// overwritten as a spare) or has moved it: the caller opens the path again. While the lock is
-// held no Store overwrites f.
-func (s *Store) lockForRead(f *os.File, fi fs.FileInfo) error {
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
-		if errors.Is(err, unix.EWOULDBLOCK) {
+// lockForRead returns the check under which the checkpoint at path is read (see
+// readFileLocked): a shared flock on f, the file opened, then a check that f is still the
+// file at path. errReadBusy means a Store holds f (it is being overwritten as a spare) or has
+// moved it: the caller opens the path again. While the lock is held no Store overwrites f.
+func lockForRead(path string) func(*os.File, fs.FileInfo) error {
+	return func(f *os.File, fi fs.FileInfo) error {
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return errReadBusy
+			}
+			return nil // a file system without flock: read as before
+		}
+		if cur, err := os.Stat(path); err != nil || !os.SameFile(fi, cur) {
 			return errReadBusy
 		}
-		return nil // a file system without flock: read as before
+		return nil
 	}
-	if cur, err := os.Lstat(s.path); err != nil || !os.SameFile(fi, cur) {
-		return errReadBusy
-	}
-	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -411,4 +412,34 @@ func TestSpareWithAnotherMode(t *testing.T) {
 		}
 	}
 	wantGeneration(t, s.Path(), 2)
+}
+
+// TestReadFileThroughSymlink: a checkpoint path that is a symbolic link reads at once (the
+// check that the locked file is still the one at the path follows the link), and ReadFile
+// refuses a FIFO without blocking.
+func TestReadFileThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	s := newTestStore(t, StoreConfig{Dir: dir})
+	must(t, s.Write(generation(7, 100)))
+	link := filepath.Join(t.TempDir(), "link")
+	must(t, os.Symlink(s.Path(), link))
+	f, err := os.Open(link)
+	must(t, err)
+	defer f.Close()
+	fi, err := f.Stat()
+	must(t, err)
+	if err := lockForRead(link)(f, fi); err != nil {
+		t.Fatalf("the lock check on a symlinked path: %v, want nil", err)
+	}
+	raw, err := ReadFile(link)
+	must(t, err)
+	wantGeneration(t, link, 7)
+	if genOf(t, raw) != "7" {
+		t.Fatalf("ReadFile through the link gave generation %s", genOf(t, raw))
+	}
+	fifo := filepath.Join(dir, "fifo")
+	must(t, syscall.Mkfifo(fifo, 0o600))
+	if _, err := ReadFile(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("ReadFile of a FIFO: %v, want a not-a-regular-file error", err)
+	}
 }

@@ -421,19 +421,30 @@ func (s *Store) Read() (*Data, Layout, error) {
 	return nil, layout, s.quarantineFile(fi, ferr)
 }
 
-// readLocked reads the checkpoint under a shared lock (see lockForRead). A file that another
+// readLocked reads the checkpoint (see readFileLocked). Callers hold mu.
+func (s *Store) readLocked() ([]byte, fs.FileInfo, error) { return readFileLocked(s.path) }
+
+// ReadFile returns the content of the checkpoint file at path, read as Store.Read reads it
+// (see readFileLocked), for tools that read a live node's checkpoint: a Store writing the
+// same directory never changes the file while it is read. Like Store.Read it refuses
+// anything but a regular file (a FIFO cannot block it). Its errors are the open's or read's.
+func ReadFile(path string) ([]byte, error) {
+	b, _, err := readFileLocked(path)
+	return b, err
+}
+
+// readFileLocked reads the file at path under a shared flock (see lockForRead). A file that a
 // Store is overwriting, or has just moved, is read again from the path: up to
 // readBusyAttempts times, a millisecond apart, then without the lock, as any reader would.
-// Callers hold mu.
-func (s *Store) readLocked() ([]byte, fs.FileInfo, error) {
+func readFileLocked(path string) ([]byte, fs.FileInfo, error) {
 	for range readBusyAttempts {
-		b, fi, err := hostfile.ReadChecked(s.path, 0, true, s.lockForRead)
+		b, fi, err := hostfile.ReadChecked(path, 0, true, lockForRead(path))
 		if !errors.Is(err, errReadBusy) {
 			return b, fi, err
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return hostfile.Read(s.path, 0, true)
+	return hostfile.Read(path, 0, true)
 }
 
 // readBusyAttempts bounds how long Read waits for another Store's write (see readLocked).

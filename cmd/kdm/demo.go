@@ -240,7 +240,7 @@ func (d *demo) printPods(st agent.NodeStatus) {
 
 func (d *demo) printCheckpoint() {
 	path := filepath.Join(d.pluginDr, checkpoint.FileName)
-	raw, err := os.ReadFile(path)
+	raw, err := checkpoint.ReadFile(path)
 	if err != nil {
 		d.say("No checkpoint yet: %v", err)
 		return

@@ -59,7 +59,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	file := fs.Arg(0)
-	raw, err := os.ReadFile(file)
+	raw, err := checkpoint.ReadFile(file) // a live node's file, never torn by its writer
 	if err != nil {
 		fmt.Fprintf(stderr, "kdm inspect: %v\n", err)
 		return 1
