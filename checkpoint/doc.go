@@ -72,8 +72,8 @@
 // file costs, and nothing is freed. The directory sync follows every such
 // write, because the next one overwrites the spare, which must by then not be
 // the checkpoint on disk. The spare is overwritten only under an exclusive
-// flock and only while it is still the file at its name; Read holds a shared
-// flock on the file it reads. A spare that is not a private 0600 regular file
+// flock and only while it is still the file at its name; Read and ReadFile
+// hold a shared flock on the file they read. A spare that is not a private 0600 regular file
 // of the Store's user is never written into, and a file system that cannot
 // exchange names gets new files as before.
 //

@@ -44,10 +44,11 @@ const (
 // is not coordinated with; every replacement is an atomic rename or exchange
 // of names, so the checkpoint's name always leads to a whole file. On Linux a
 // write reuses the file the previous write replaced (see replaceViaSpare)
-// under an exclusive flock; Read holds a shared flock while it reads, so Stores
-// never see a file change under them. A reader that takes no lock and keeps
-// the file open across two writes may see the second one's bytes; the
-// checksum then fails, and reading the path again gives the whole file.
+// under an exclusive flock; Read and ReadFile hold a shared flock while they
+// read, so they never see a file change under them. A reader that takes no
+// lock and keeps the file open across two writes may see the second one's
+// bytes; the checksum then fails, and reading the path again gives the whole
+// file.
 type Store struct {
 	dir        string
 	path       string
