@@ -173,8 +173,10 @@ func (m *Manager) restoreCheckpoint() error {
 	for _, res := range m.st.Listed() {
 		m.addPlaceholderLocked(res)
 	}
-	m.log.V(2).Info("Restored device state from checkpoint", "path", m.store.Path(),
-		"layout", layout, "pods", len(m.st.PodUIDs()), "resources", len(data.RegisteredDevices))
+	if log := m.log.V(2); log.Enabled() { // counting the pods sorts their UIDs
+		log.Info("Restored device state from checkpoint", "path", m.store.Path(),
+			"layout", layout, "pods", len(m.st.PodUIDs()), "resources", len(data.RegisteredDevices))
+	}
 	return nil
 }
 
