@@ -68,14 +68,15 @@
 // overwrites the spare (SpareFileName, the file the previous write replaced),
 // fsyncs it, exchanges its name with the checkpoint's in one atomic step
 // (renameat2 RENAME_EXCHANGE) and fsyncs the directory. Overwriting allocated
-// blocks and swapping two names costs the disk about half of what a new
-// file costs, and nothing is freed. The directory sync follows every such
-// write, because the next one overwrites the spare, which must by then not be
-// the checkpoint on disk. The spare is overwritten only under an exclusive
-// flock and only while it is still the file at its name; Read and ReadFile
-// hold a shared flock on the file they read. A spare that is not a private 0600 regular file
-// of the Store's user is never written into, and a file system that cannot
-// exchange names gets new files as before.
+// blocks and swapping two names costs the disk a half to two thirds of what
+// a new file costs, and nothing is freed. The directory sync follows every
+// such write, because the next one overwrites the spare, which must by then
+// not be the checkpoint on disk. The spare is overwritten only under an
+// exclusive flock and only while it is still the file at its name; Read and
+// ReadFile hold a shared flock on the file they read. Only a regular file of
+// the Store's user with one name is written into (one with another mode than
+// 0600 is replaced first), and a file system that cannot exchange names gets
+// new files as before.
 //
 // By default Read quarantines an unusable file (bad JSON, unknown layout,
 // checksum mismatch): it renames it to

@@ -25,7 +25,7 @@ var exchangeFiles = func(a, b string) error {
 //
 // Overwriting a file whose blocks are already allocated, then exchanging two names, costs the
 // disk less than creating, filling and renaming a new file and freeing the replaced one
-// (about half, for a small checkpoint on ext4). It is as safe, given three rules:
+// (a half to two thirds of it, for a small checkpoint on ext4). It is as safe, given three rules:
 //   - the spare is synced before the exchange, so the name that becomes the checkpoint's
 //     always holds a whole file;
 //   - the directory is synced after every exchange, whatever the caller asked for: the next
