@@ -34,9 +34,7 @@ func TestLostCheckpoint(t *testing.T) {
 		for _, loss := range losses {
 			t.Run(policy+"/"+loss.name, func(t *testing.T) {
 				n := newNode(t)
-				kdm := n.startKdm("--policy", policy)
-				n.startPlugin()
-				n.eventually("8 GPUs", gpus(8))
+				kdm := n.startWithGPUs(policy)
 				n.writePod("a", 3)
 				n.writePod("b", 2)
 				st := n.eventually("a and b admitted", func(st agent.NodeStatus) bool {
@@ -49,14 +47,7 @@ func TestLostCheckpoint(t *testing.T) {
 					t.Fatal(err)
 				}
 				kdm.kill()
-				kdm = n.startKdm("--policy", policy)
-				n.eventually("plugin back after the restart", gpus(8))
-				n.expectHolding(held)
-
-				n.writePod("c", 3)
-				st = n.eventually("c admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "c"))) == 3 })
-				held["c"] = sorted(visible(pod(st, "c")))
-				disjointSets(t, held)
+				kdm = n.restartKeeping(policy, held, "c", 3)
 				n.writePod("d", 1)
 				st = n.eventually("d rejected", func(st agent.NodeStatus) bool {
 					p := pod(st, "d")
@@ -80,12 +71,8 @@ func TestUnreadableCheckpoint(t *testing.T) {
 	for _, policy := range policies {
 		t.Run(policy, func(t *testing.T) {
 			n := newNode(t)
-			kdm := n.startKdm("--policy", policy)
-			n.startPlugin()
-			n.eventually("8 GPUs", gpus(8))
-			n.writePod("a", 4)
-			st := n.eventually("a admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "a"))) == 4 })
-			held := map[string][]string{"a": sorted(visible(pod(st, "a")))}
+			kdm := n.startWithGPUs(policy)
+			held := map[string][]string{"a": n.admit("a", 4)}
 			kdm.kill()
 
 			cp := filepath.Join(n.pluginDir, checkpoint.FileName)
@@ -111,13 +98,7 @@ func TestUnreadableCheckpoint(t *testing.T) {
 				t.Fatalf("an unreadable (not corrupt) checkpoint was quarantined: %v", m)
 			}
 
-			kdm = n.startKdm("--policy", policy)
-			n.eventually("plugin back", gpus(8))
-			n.expectHolding(held)
-			n.writePod("b", 4)
-			st = n.eventually("b admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "b"))) == 4 })
-			held["b"] = sorted(visible(pod(st, "b")))
-			disjointSets(t, held)
+			kdm = n.restartKeeping(policy, held, "b", 4)
 			kdm.terminate(t)
 		})
 	}

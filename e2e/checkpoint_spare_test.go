@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -27,12 +26,8 @@ func TestHostileSpare(t *testing.T) {
 				if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
 					t.Fatal(err)
 				}
-				kdm := n.startKdm("--policy", policy)
-				n.startPlugin()
-				n.eventually("8 GPUs", gpus(8))
-				n.writePod("a", 3)
-				st := n.eventually("a admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "a"))) == 3 })
-				held := map[string][]string{"a": sorted(visible(pod(st, "a")))}
+				kdm := n.startWithGPUs(policy)
+				held := map[string][]string{"a": n.admit("a", 3)}
 				kdm.kill()
 
 				spare := filepath.Join(n.pluginDir, checkpoint.SpareFileName)
@@ -42,13 +37,7 @@ func TestHostileSpare(t *testing.T) {
 				if err := plant(victim, spare); err != nil {
 					t.Fatal(err)
 				}
-				kdm = n.startKdm("--policy", policy)
-				n.eventually("plugin back after the restart", gpus(8))
-				n.expectHolding(held)
-				n.writePod("b", 4)
-				st = n.eventually("b admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "b"))) == 4 })
-				held["b"] = sorted(visible(pod(st, "b")))
-				disjointSets(t, held)
+				kdm = n.restartKeeping(policy, held, "b", 4)
 				n.expectCheckpointHolds(held)
 				kdm.terminate(t)
 

@@ -375,3 +375,34 @@ func (n *node) killPlugins() {
 // resultsDir is where `kdm run --root-dir rootDir` writes its per-pod results: the agent's
 // default, <root-dir>/kdm/pods.
 func resultsDir(rootDir string) string { return agent.Config{RootDir: rootDir}.PodsDir() }
+
+// admit writes pod name asking for count GPUs, waits until the agent admits it with that many,
+// and returns the GPUs it holds, sorted.
+func (n *node) admit(name string, count int) []string {
+	n.t.Helper()
+	n.writePod(name, count)
+	st := n.eventually(name+" admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, name))) == count })
+	return sorted(visible(pod(st, name)))
+}
+
+// startWithGPUs starts kdm under policy and the mock GPU plugin, and waits for its 8 GPUs.
+func (n *node) startWithGPUs(policy string) *process {
+	n.t.Helper()
+	kdm := n.startKdm("--policy", policy)
+	n.startPlugin()
+	n.eventually("8 GPUs", gpus(8))
+	return kdm
+}
+
+// restartKeeping starts kdm again under policy, waits for the plugin's GPUs, checks that every
+// pod in held keeps its GPUs, and admits pod name with count GPUs, which must all be free: they
+// are added to held.
+func (n *node) restartKeeping(policy string, held map[string][]string, name string, count int) *process {
+	n.t.Helper()
+	kdm := n.startKdm("--policy", policy)
+	n.eventually("plugin back after the restart", gpus(8))
+	n.expectHolding(held)
+	held[name] = n.admit(name, count)
+	disjointSets(n.t, held)
+	return kdm
+}

@@ -62,9 +62,7 @@ func decided(name string) func(agent.NodeStatus) bool {
 // again, never releases its pod; a pod created meanwhile gets only the free GPUs.
 func TestManifestRewrittenInPlace(t *testing.T) {
 	forEachPolicy(t, func(t *testing.T, n *node, policy string) {
-		kdm := n.startKdm("--policy", policy)
-		n.startPlugin()
-		n.eventually("8 GPUs", gpus(8))
+		kdm := n.startWithGPUs(policy)
 		body := podManifest("a", uidOf("a"), gpuLimit(2))
 		n.placeManifest("a.yaml", body)
 		st := n.eventually("pod a admitted", admitted("a", 2))
@@ -210,9 +208,7 @@ func TestManifestMetadataPathTraversal(t *testing.T) {
 // SIGTERM still stops it.
 func TestManifestNonRegularFiles(t *testing.T) {
 	forEachPolicy(t, func(t *testing.T, n *node, policy string) {
-		kdm := n.startKdm("--policy", policy)
-		n.startPlugin()
-		n.eventually("8 GPUs", gpus(8))
+		kdm := n.startWithGPUs(policy)
 		fifo := filepath.Join(n.manifests, "a-fifo.yaml")
 		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 			t.Fatal(err)
@@ -288,9 +284,7 @@ func TestManifestBadQuantities(t *testing.T) {
 // asks for more GPUs keeps the admitted pod with a warning, also across a kdm crash.
 func TestManifestChangedRequestKeepsAdmission(t *testing.T) {
 	forEachPolicy(t, func(t *testing.T, n *node, policy string) {
-		kdm := n.startKdm("--policy", policy)
-		n.startPlugin()
-		n.eventually("8 GPUs", gpus(8))
+		kdm := n.startWithGPUs(policy)
 		n.placeManifest("a.yaml", podManifest("a", uidOf("a"), gpuLimit(1)))
 		st := n.eventually("pod a admitted with 1 GPU", admitted("a", 1))
 		before := visible(pod(st, "a"))
