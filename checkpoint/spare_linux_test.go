@@ -416,7 +416,7 @@ func TestSpareWithAnotherMode(t *testing.T) {
 
 // TestReadFileThroughSymlink: a checkpoint path that is a symbolic link reads at once (the
 // check that the locked file is still the one at the path follows the link), and ReadFile
-// refuses a FIFO without blocking.
+// refuses a FIFO without blocking; its errors name the path.
 func TestReadFileThroughSymlink(t *testing.T) {
 	dir := t.TempDir()
 	s := newTestStore(t, StoreConfig{Dir: dir})
@@ -439,7 +439,10 @@ func TestReadFileThroughSymlink(t *testing.T) {
 	}
 	fifo := filepath.Join(dir, "fifo")
 	must(t, syscall.Mkfifo(fifo, 0o600))
-	if _, err := ReadFile(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") {
-		t.Fatalf("ReadFile of a FIFO: %v, want a not-a-regular-file error", err)
+	if _, err := ReadFile(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), fifo) {
+		t.Fatalf("ReadFile of a FIFO: %v, want a not-a-regular-file error naming the path", err)
+	}
+	if _, err := ReadFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("ReadFile of a missing file: %v, want fs.ErrNotExist", err)
 	}
 }

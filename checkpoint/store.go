@@ -206,7 +206,7 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	size := 0
-	how, err := s.replaceLocked(len(p.Entries), dirSync, func(f io.Writer) error {
+	how, err := s.replaceLocked(dirSync, func(f io.Writer) error {
 		if s.bw == nil {
 			s.bw = bufio.NewWriterSize(f, writeBufferSize)
 		}
@@ -242,7 +242,7 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 // writeLocked replaces the checkpoint with b, the encoding of entries entries, durably.
 // Callers hold mu.
 func (s *Store) writeLocked(b []byte, entries int) error {
-	how, err := s.replaceLocked(entries, true, func(f io.Writer) error { _, err := f.Write(b); return err })
+	how, err := s.replaceLocked(true, func(f io.Writer) error { _, err := f.Write(b); return err })
 	if err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ type replacement struct {
 // replaceLocked replaces the checkpoint with what write writes, through the spare when it can
 // (replaceViaSpare) and a new temporary file otherwise, and fsyncs the directory when
 // dirSync is set (a write through the spare always does). Callers hold mu.
-func (s *Store) replaceLocked(entries int, dirSync bool, write func(io.Writer) error) (replacement, error) {
+func (s *Store) replaceLocked(dirSync bool, write func(io.Writer) error) (replacement, error) {
 	size, done, err := s.replaceViaSpare(write)
 	if done {
 		s.lastSize = size
@@ -428,10 +428,14 @@ func (s *Store) readLocked() ([]byte, fs.FileInfo, error) { return readFileLocke
 // ReadFile returns the content of the checkpoint file at path, read as Store.Read reads it
 // (see readFileLocked), for tools that read a live node's checkpoint: a Store writing the
 // same directory never changes the file while it is read. Like Store.Read it refuses
-// anything but a regular file (a FIFO cannot block it). Its errors are the open's or read's.
+// anything but a regular file (a FIFO cannot block it). Errors are *FileError naming path,
+// wrapping the open's or the read's (errors.Is(err, fs.ErrNotExist) for a missing file).
 func ReadFile(path string) ([]byte, error) {
 	b, _, err := readFileLocked(path)
-	return b, err
+	if err != nil {
+		return nil, &FileError{Path: path, Err: fmt.Errorf("read: %w", err)}
+	}
+	return b, nil
 }
 
 // readFileLocked reads the file at path under a shared flock (see lockForRead). A file that a
