@@ -85,11 +85,22 @@ func (s *State) Restore(data *checkpoint.Data, now time.Time) (bad []checkpoint.
 // owner's own record), and returns the entries it skipped because their AllocResp is not a
 // valid ContainerAllocateResponse. Reservations and device sets are untouched.
 func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []checkpoint.PodDevicesEntry) {
-	s.pods, s.held, s.order = podDevices{}, map[string]map[string]int{}, nil
+	s.pods, s.held, s.order = make(podDevices, len(entries)), map[string]map[string]int{}, nil
 	for _, r := range s.resources {
 		r.free = nil
 	}
-	defer s.order.rebuild(s.pods)
+	// Sized once: growing them device by device costs more than the pass that counts.
+	for res, n := range namedDevices(entries) {
+		s.held[res] = make(map[string]int, n)
+	}
+	defer func() {
+		for res, counts := range s.held {
+			if len(counts) == 0 {
+				delete(s.held, res) // as hold leaves it: no entry for a resource nothing holds
+			}
+		}
+		s.order.rebuild(s.pods)
+	}()
 	for _, e := range entries {
 		// The answer stays in wire form until first needed (Allocation.Response); only
 		// whether it decodes is checked now, as an entry whose answer does not is dropped.
@@ -108,6 +119,17 @@ func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []
 		s.record(e.PodUID, e.ContainerName, e.ResourceName, newAllocation(devs, nil, raw))
 	}
 	return bad
+}
+
+// namedDevices counts, per resource, the device IDs the entries name (repeats included).
+func namedDevices(entries []checkpoint.PodDevicesEntry) map[string]int {
+	n := map[string]int{}
+	for i := range entries {
+		for _, ids := range entries[i].DeviceIDs {
+			n[entries[i].ResourceName] += len(ids)
+		}
+	}
+	return n
 }
 
 // DropConflictingEntries returns the entries of which no device is also named by an entry of

@@ -471,3 +471,25 @@ func TestDropConflictingEntries(t *testing.T) {
 		t.Errorf("dropped %s", got)
 	}
 }
+
+// TestRestoreSkippedEntryHoldsNothing restores a resource's only entry with an answer that does
+// not decode: the entry is skipped, and the resource is not among those with allocations, so
+// that (with Options.KnowAssignedResources) no placeholder is made for it.
+func TestRestoreSkippedEntryHoldsNothing(t *testing.T) {
+	s := New(Options{KnowAssignedResources: true})
+	bad := s.Restore(&checkpoint.Data{PodDeviceEntries: []checkpoint.PodDevicesEntry{
+		{PodUID: "a", ContainerName: "c", ResourceName: "example.com/gpu",
+			DeviceIDs: checkpoint.DevicesPerNUMA{NoTopology: {"g0"}}, AllocResp: []byte{}},
+		{PodUID: "b", ContainerName: "c", ResourceName: "example.com/bad",
+			DeviceIDs: checkpoint.DevicesPerNUMA{NoTopology: {"x0"}}, AllocResp: []byte{0xff}},
+	}}, origin)
+	if len(bad) != 1 || bad[0].ResourceName != "example.com/bad" {
+		t.Fatalf("skipped %v, want the example.com/bad entry", bad)
+	}
+	if got := s.AllocatedResources(); !reflect.DeepEqual(got, []string{"example.com/gpu"}) {
+		t.Errorf("resources with allocations: %v, want only example.com/gpu", got)
+	}
+	if got := s.Listed(); !reflect.DeepEqual(got, []string{"example.com/gpu"}) {
+		t.Errorf("known resources: %v, want only example.com/gpu", got)
+	}
+}
