@@ -24,6 +24,9 @@ type fileV2 struct {
 	// data as it went says so. encoding/json leaves both alone.
 	sum    uint32
 	summed bool
+	// entries, when set, holds Data.PodDeviceEntries as Entries that remember
+	// what the parser learnt of their encoding (parseV2FastSummed with keep).
+	entries []*Entry
 }
 
 type fileV1 struct {
@@ -77,6 +80,33 @@ func classify(v2err error) error {
 		return fmt.Errorf("%w: %w", ErrNotJSON, v2err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnknownLayout, v2err)
+}
+
+// decodeEntries is Decode that also returns the entries as Entries: entries[i]
+// holds PodDeviceEntries[i], sharing its lists and bytes. An entry that the
+// fast parser read keeps its text in b and the checksum states around it (see
+// parseV2FastSummed), so b must not be modified afterwards.
+func decodeEntries(b []byte) (*Data, []*Entry, Layout, error) {
+	var parsed *fileV2
+	d, layout, err := decode(b, func(b []byte) (*fileV2, error) {
+		f, ok := parseV2FastSummed(b, true)
+		if !ok {
+			return parseV2JSON(b)
+		}
+		parsed = f
+		return f, nil
+	})
+	if err != nil {
+		return nil, nil, layout, err
+	}
+	if layout == LayoutV2 && parsed != nil && parsed.entries != nil {
+		return d, parsed.entries, layout, nil
+	}
+	entries := make([]*Entry, len(d.PodDeviceEntries))
+	for i := range d.PodDeviceEntries {
+		entries[i] = NewEntry(d.PodDeviceEntries[i])
+	}
+	return d, entries, layout, nil
 }
 
 // Decode parses a whole checkpoint file and verifies its checksum.

@@ -210,17 +210,20 @@ func checkFastMatchesJSON(t *testing.T, b []byte) {
 
 	// The parse that hashes while it parses (parseV2Fast's path for large files) gives the
 	// same result, and the checksum of what it parsed.
-	if plain, ok := parseV2FastWith(b, nil); ok {
-		summed, ok := parseV2FastSummed(b)
-		if !ok || !reflect.DeepEqual(summed.Data, plain.Data) || summed.Checksum != plain.Checksum {
-			t.Fatalf("pipelined parse of %q gives %#v, %v; want %#v", b, summed, ok, plain)
+	for _, keep := range []bool{false, true} {
+		if plain, ok := parseV2FastWith(b, nil); ok {
+			summed, ok := parseV2FastSummed(b, keep)
+			if !ok || !reflect.DeepEqual(summed.Data, plain.Data) || summed.Checksum != plain.Checksum {
+				t.Fatalf("pipelined parse (keep %v) of %q gives %#v, %v; want %#v", keep, b, summed, ok, plain)
+			}
+			if want := Checksum(&plain.Data); !summed.summed || summed.sum != want {
+				t.Fatalf("pipelined parse (keep %v) of %q: checksum %d (computed: %v), want %d", keep, b, summed.sum, summed.summed, want)
+			}
+		} else if _, ok := parseV2FastSummed(b, keep); ok {
+			t.Fatalf("pipelined parse (keep %v) handled %q, which the parser refuses", keep, b)
 		}
-		if want := Checksum(&plain.Data); !summed.summed || summed.sum != want {
-			t.Fatalf("pipelined parse of %q: checksum %d (computed: %v), want %d", b, summed.sum, summed.summed, want)
-		}
-	} else if _, ok := parseV2FastSummed(b); ok {
-		t.Fatalf("pipelined parse handled %q, which the parser refuses", b)
 	}
+	checkDecodeEntries(t, b)
 
 	d, layout, err := Decode(b)
 	wd, wlayout, werr := decode(b, parseV2JSON)
@@ -301,5 +304,47 @@ func TestCanonicalInt64(t *testing.T) {
 		if got, ok := canonicalInt64([]byte(s)); !ok || got != v {
 			t.Errorf("canonicalInt64(%q) = %d, %v", s, got, ok)
 		}
+	}
+}
+
+// checkDecodeEntries checks decodeEntries against Decode on b: the same result, one Entry per
+// entry holding it, and Entries whose remembered text and checksum parts give, written again
+// in the same order, exactly the file Encode writes for the data.
+func checkDecodeEntries(t *testing.T, b []byte) {
+	t.Helper()
+	in := bytes.Clone(b)
+	want, wlayout, werr := Decode(b)
+	d, entries, layout, err := decodeEntries(in)
+	if !reflect.DeepEqual(d, want) || layout != wlayout || errText(err) != errText(werr) {
+		t.Fatalf("decodeEntries(%q) = %#v, %v, %v; Decode gives %#v, %v, %v", b, d, layout, err, want, wlayout, werr)
+	}
+	if err != nil {
+		return
+	}
+	if len(entries) != len(d.PodDeviceEntries) {
+		t.Fatalf("decodeEntries(%q): %d Entries for %d entries", b, len(entries), len(d.PodDeviceEntries))
+	}
+	for i, e := range entries {
+		if !reflect.DeepEqual(e.PodDevicesEntry, d.PodDeviceEntries[i]) {
+			t.Fatalf("decodeEntries(%q): Entry %d holds %#v, the data %#v", b, i, e.PodDevicesEntry, d.PodDeviceEntries[i])
+		}
+	}
+	wantFile, err := Encode(d)
+	if err != nil {
+		return
+	}
+	p := &Prepared{Entries: entries}
+	if d.PodDeviceEntries == nil {
+		p.Entries = nil
+	}
+	if d.RegisteredDevices != nil {
+		p.Registered = []*Registered{}
+		for res, ids := range d.RegisteredDevices {
+			p.Registered = append(p.Registered, NewRegistered(res, ids))
+		}
+	}
+	got, err := EncodePrepared(p)
+	if err != nil || !bytes.Equal(got, wantFile) {
+		t.Fatalf("the Entries of %q write %q, %v; Encode writes %q", b, got, err, wantFile)
 	}
 }

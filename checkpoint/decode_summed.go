@@ -15,8 +15,13 @@ const entryBatch = 32
 // is joined before returning. The result's sum is Checksum(&f.Data): when the
 // hashed entries turn out not to be the final list, the checksum is computed
 // again from the data.
-func parseV2FastSummed(b []byte) (*fileV2, bool) {
-	batches := make(chan []PodDevicesEntry, 4)
+//
+// With keep, the result also holds the entries as Entries (f.entries, one per
+// entry of the list, sharing its lists and bytes) that keep the states the
+// checksum went through before and after them, and their text in b, for the
+// first write to use (see cachedSum and Entry.encoded): the Entries keep b.
+func parseV2FastSummed(b []byte, keep bool) (*fileV2, bool) {
+	batches := make(chan []*Entry, 4)
 	type result struct {
 		s       hasher
 		entries int
@@ -27,24 +32,45 @@ func parseV2FastSummed(b []byte) (*fileV2, bool) {
 		s.frag(s.t.head)
 		n := 0
 		for batch := range batches {
-			for i := range batch {
+			for _, e := range batch {
 				if n == 0 {
 					s.char('[')
 				} else {
 					s.char(' ')
 				}
-				s.entry(&batch[i])
+				h0 := s.h
+				s.entry(&e.PodDevicesEntry)
+				if keep {
+					e.sum.saw(h0, s.h)
+				}
 				n++
 			}
 		}
 		hashed <- result{s, n}
 	}()
-	batch := make([]PodDevicesEntry, 0, entryBatch)
-	f, ok := parseV2FastWith(b, func(e *PodDevicesEntry) {
-		batch = append(batch, *e)
+	var (
+		kept []*Entry
+		// Entries that are not kept come from one allocation per batch.
+		slab []Entry
+	)
+	batch := make([]*Entry, 0, entryBatch)
+	f, ok := parseV2FastWith(b, func(pe *PodDevicesEntry, text []byte) {
+		var e *Entry
+		if keep {
+			e = NewEntry(*pe)
+			e.read = text
+			kept = append(kept, e)
+		} else {
+			if len(batch) == 0 {
+				slab = make([]Entry, entryBatch)
+			}
+			e = &slab[len(batch)]
+			e.PodDevicesEntry = *pe
+		}
+		batch = append(batch, e)
 		if len(batch) == entryBatch {
 			batches <- batch
-			batch = make([]PodDevicesEntry, 0, entryBatch)
+			batch = make([]*Entry, 0, entryBatch)
 		}
 	})
 	if len(batch) > 0 {
@@ -60,6 +86,9 @@ func parseV2FastSummed(b []byte) (*fileV2, bool) {
 		// Not one list parsed once, in order: hash the data as it is.
 		f.sum, f.summed = Checksum(d), true
 		return f, true
+	}
+	if keep {
+		f.entries = kept
 	}
 	s := r.s
 	if r.entries == 0 {

@@ -122,15 +122,7 @@ func (w *jsonWriter) data(buf []byte, d *Data) []byte {
 }
 
 func (w *jsonWriter) entry(buf []byte, e *PodDevicesEntry) []byte {
-	buf = append(buf, `{"PodUID":`...)
-	buf = w.str(buf, e.PodUID)
-	buf = append(buf, `,"ContainerName":`...)
-	buf = w.str(buf, e.ContainerName)
-	buf = append(buf, `,"ResourceName":`...)
-	buf = w.str(buf, e.ResourceName)
-	buf = append(buf, `,"DeviceIDs":`...)
-	buf = w.devMap(buf, e.DeviceIDs)
-	buf = append(buf, `,"AllocResp":`...)
+	buf = w.entryHead(buf, e)
 	if e.AllocResp == nil {
 		buf = append(buf, "null"...)
 	} else {
@@ -139,6 +131,65 @@ func (w *jsonWriter) entry(buf []byte, e *PodDevicesEntry) []byte {
 		buf = append(buf, '"')
 	}
 	return append(buf, '}')
+}
+
+// entryHead emits an entry's object up to the AllocResp value.
+func (w *jsonWriter) entryHead(buf []byte, e *PodDevicesEntry) []byte {
+	buf = append(buf, `{"PodUID":`...)
+	buf = w.str(buf, e.PodUID)
+	buf = append(buf, `,"ContainerName":`...)
+	buf = w.str(buf, e.ContainerName)
+	buf = append(buf, `,"ResourceName":`...)
+	buf = w.str(buf, e.ResourceName)
+	buf = append(buf, `,"DeviceIDs":`...)
+	buf = w.devMap(buf, e.DeviceIDs)
+	return append(buf, `,"AllocResp":`...)
+}
+
+// canonicalEntry reports whether text is byte for byte what entry writes for
+// e, which text was parsed into. Only the AllocResp's base64 is not written
+// again: it is canonical when its last quantum leaves no stray bits, as text
+// that decodes to e.AllocResp with no line breaks (parseV2Fast's rule) has
+// the right length and padding already.
+func (w *jsonWriter) canonicalEntry(e *PodDevicesEntry, text []byte) bool {
+	rest, ok := bytes.CutPrefix(text, w.entryHead(nil, e))
+	if !ok {
+		return false
+	}
+	if e.AllocResp == nil {
+		return string(rest) == "null}"
+	}
+	if len(rest) < 3 || rest[0] != '"' || string(rest[len(rest)-2:]) != `"}` {
+		return false
+	}
+	b64 := rest[1 : len(rest)-2]
+	if len(b64) != base64.StdEncoding.EncodedLen(len(e.AllocResp)) {
+		return false
+	}
+	// The character before the padding carries 4 (one byte in the last
+	// quantum) or 2 (two bytes) bits that must be zero.
+	switch len(e.AllocResp) % 3 {
+	case 1:
+		return base64Value(b64[len(b64)-3])&0x0f == 0
+	case 2:
+		return base64Value(b64[len(b64)-2])&0x03 == 0
+	}
+	return true
+}
+
+// base64Value is the six bits the standard alphabet's character c stands for.
+func base64Value(c byte) byte {
+	switch {
+	case c >= 'A' && c <= 'Z':
+		return c - 'A'
+	case c >= 'a' && c <= 'z':
+		return c - 'a' + 26
+	case c >= '0' && c <= '9':
+		return c - '0' + 52
+	case c == '+':
+		return 62
+	}
+	return 63 // '/'
 }
 
 // compareDecimal orders int64 values by their decimal text, the order

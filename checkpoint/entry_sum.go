@@ -1,6 +1,10 @@
 package checkpoint
 
-import "sync/atomic"
+import (
+	"encoding/binary"
+	"math/bits"
+	"sync/atomic"
+)
 
 // A piece of hashed text that never changes (an Entry's, a Registered pair's) maps, as the
 // grammar's constant fragments do (see hashtables.go), an incoming state h to mul*h + add,
@@ -8,22 +12,41 @@ import "sync/atomic"
 // for the last low byte the piece was hashed after: when what comes before it is what it was
 // in the previous write (or only its low byte is), the piece costs one multiply instead of a
 // pass over its text.
+//
+// A piece read from a file comes with the states before and after its text (seen), which the
+// reader records without working out mul: that costs a pass over the text, and is left to the
+// first checksum that uses the piece.
 type cachedSum struct {
 	mul  atomic.Uint32 // p^len(text), stored before last; 0 (no power of p) until then
 	last atomic.Uint64 // sumKnown | low byte << 32 | add, or 0
+	// seen is h0 | h << 32 from the reader's hash, valid once hasSeen is set.
+	seen    atomic.Uint64
+	hasSeen atomic.Bool
 }
 
 const sumKnown = 1 << 40
 
 // applied folds the piece's text into s from the memo, and reports whether the memo held s's
-// low byte. When it did not, the caller hashes the text and calls remember.
-func (c *cachedSum) applied(s *hasher) bool {
+// low byte. When it did not, the caller hashes the text and calls remember. textLen, the
+// text's length, is asked for when states seen by a reader are turned into the memo.
+func (c *cachedSum) applied(s *hasher, textLen func() int) bool {
 	v := c.last.Load()
+	if v&sumKnown == 0 && c.hasSeen.Load() {
+		seen := c.seen.Load()
+		c.remember(uint32(seen), uint32(seen>>32), textLen)
+		v = c.last.Load()
+	}
 	if v&sumKnown == 0 || uint8(v>>32) != uint8(s.h) {
 		return false
 	}
 	s.h = c.mul.Load()*s.h + uint32(v)
 	return true
+}
+
+// saw records that a reader's hashing of the piece's text took the state from h0 to h.
+func (c *cachedSum) saw(h0, h uint32) {
+	c.seen.Store(uint64(h0) | uint64(h)<<32)
+	c.hasSeen.Store(true)
 }
 
 // remember records that hashing the piece's text took the state from h0 to h. textLen, the
@@ -58,15 +81,36 @@ func entryTextLen(t *hashTables, e *PodDevicesEntry) int {
 	if e.AllocResp == nil {
 		n += len(t.nilText.s)
 	} else {
-		n += 2 // "[" "]"
-		for i, c := range e.AllocResp {
-			if i > 0 {
-				n++
-			}
-			n += int(byteDec[c].n)
+		n += 2 + decimalDigits(e.AllocResp) // "[" "]" and the numbers
+		if len(e.AllocResp) > 1 {
+			n += len(e.AllocResp) - 1 // the spaces between them
 		}
 	}
 	return n
+}
+
+// decimalDigits returns the total length of the decimal texts of b's bytes: one digit each,
+// plus one for each byte of 10 or more and one more for each of 100 or more, counted eight
+// bytes at a time.
+func decimalDigits(b []byte) int {
+	n := len(b)
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		v := binary.LittleEndian.Uint64(b[i:])
+		n += bits.OnesCount64(bytesAtLeast(v, 10)) + bits.OnesCount64(bytesAtLeast(v, 100))
+	}
+	for _, c := range b[i:] {
+		n += int(byteDec[c].n) - 1
+	}
+	return n
+}
+
+// bytesAtLeast returns the high bit of each byte of v that is k or more, for k below 0x80,
+// and no other bit. A byte below 0x80 plus 0x80-k reaches 0x80 exactly when it is k or more,
+// with no carry into the next byte; a byte of 0x80 or more has the bit already.
+func bytesAtLeast(v uint64, k byte) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	return ((v &^ highs) + ones*uint64(0x80-k) | v) & highs
 }
 
 // strListTextLen returns the length of the STRLIST text of l.

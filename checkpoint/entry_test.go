@@ -135,6 +135,29 @@ func TestEntryTextLen(t *testing.T) {
 	}
 }
 
+// TestDecimalDigits checks the word-at-a-time digit count against the byte table: every byte
+// value at every position of a word, and every tail length.
+func TestDecimalDigits(t *testing.T) {
+	naive := func(b []byte) int {
+		n := 0
+		for _, c := range b {
+			n += int(byteDec[c].n)
+		}
+		return n
+	}
+	all := make([]byte, 256+7)
+	for i := range 256 {
+		all[i] = byte(i)
+	}
+	for start := range 8 {
+		for end := start; end <= len(all); end++ {
+			if got, want := decimalDigits(all[start:end]), naive(all[start:end]); got != want {
+				t.Fatalf("decimalDigits(bytes %d to %d) = %d, want %d", start, end, got, want)
+			}
+		}
+	}
+}
+
 // TestEntryChecksumMemo encodes lists that share entries and registered pairs, in the orders
 // a state goes through (appends, inserts before, removals, a list seen again), and checks
 // every file against Encode: a piece's remembered hash must be used only when still right.

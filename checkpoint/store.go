@@ -398,6 +398,22 @@ func fsyncDir(dir string) error {
 // report it and the evidence survives the next Write. If that rename fails,
 // the *FileError says so and the file stays where it was.
 func (s *Store) Read() (*Data, Layout, error) {
+	d, _, layout, err := s.read(false)
+	return d, layout, err
+}
+
+// ReadEntries is Read that also returns the file's entries as Entries, entries[i] holding
+// data.PodDeviceEntries[i] and sharing its lists and bytes, for a caller that keeps them and
+// writes them again (as Prepared). An entry that the reflection-free parser read keeps its
+// text in the file, which the first write uses if it is exactly what Encode writes, and the
+// checksum states around it: a write of the same entries in the same order neither encodes
+// nor hashes them again. Neither data nor the entries may be modified.
+func (s *Store) ReadEntries() (data *Data, entries []*Entry, layout Layout, err error) {
+	return s.read(true)
+}
+
+// read is Read, and ReadEntries when entries is set.
+func (s *Store) read(entries bool) (*Data, []*Entry, Layout, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
@@ -405,21 +421,30 @@ func (s *Store) Read() (*Data, Layout, error) {
 	// refused, and is neither quarantined nor replaced.
 	b, fi, err := s.readLocked()
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, LayoutV2, &FileError{Path: s.path, Err: ErrNotFound}
+		return nil, nil, LayoutV2, &FileError{Path: s.path, Err: ErrNotFound}
 	}
 	if err != nil {
-		return nil, LayoutV2, &FileError{Path: s.path, Err: fmt.Errorf("read: %w", err)}
+		return nil, nil, LayoutV2, &FileError{Path: s.path, Err: fmt.Errorf("read: %w", err)}
 	}
 
-	d, layout, err := Decode(b)
+	var (
+		d      *Data
+		es     []*Entry
+		layout Layout
+	)
+	if entries {
+		d, es, layout, err = decodeEntries(b) // b is ours to give to the entries
+	} else {
+		d, layout, err = Decode(b)
+	}
 	if err == nil {
-		return d, layout, nil
+		return d, es, layout, nil
 	}
 	ferr := &FileError{Path: s.path, Err: err}
 	if !s.quarantine || !errors.Is(err, ErrCorrupt) {
-		return nil, layout, ferr
+		return nil, nil, layout, ferr
 	}
-	return nil, layout, s.quarantineFile(fi, ferr)
+	return nil, nil, layout, s.quarantineFile(fi, ferr)
 }
 
 // readLocked reads the checkpoint (see readFileLocked). Callers hold mu.

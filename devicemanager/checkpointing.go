@@ -144,7 +144,7 @@ func (m *Manager) precomputeCheckpoint() {
 // be read (permissions, I/O, not a regular file) is an error: the caller refuses to start
 // rather than replace it.
 func (m *Manager) restoreCheckpoint() error {
-	data, layout, err := m.store.Read()
+	data, entries, layout, err := m.store.ReadEntries()
 	switch {
 	case err == nil && layout == checkpoint.LayoutV1 && !m.cfg.Policy.ReadLegacyCheckpoint:
 		err = fmt.Errorf("checkpoint %s has the pre-1.20 layout, which the kubelet 1.36 does not read (Policy.ReadLegacyCheckpoint restores it)", m.store.Path())
@@ -165,7 +165,7 @@ func (m *Manager) restoreCheckpoint() error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	bad := m.st.Restore(data, m.cfg.Clock.Now())
+	bad := m.st.RestoreRead(data, entries, m.cfg.Clock.Now())
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped checkpoint entry whose allocation response does not decode",
 			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)

@@ -144,12 +144,13 @@ func (s *State) put(podUID, container, res string, a *Allocation) {
 	}
 }
 
-// record is put without keeping the checkpoint order, for callers that rebuild it.
+// record is put without keeping the checkpoint order, for callers that rebuild it. An
+// allocation that comes with its checkpoint entry (a restored one) keeps it.
 func (s *State) record(podUID, container, res string, a *Allocation) {
 	if old := s.pods[podUID][container][res]; old != nil {
 		s.hold(res, old, -1)
 	}
-	if a.raw != nil {
+	if a.raw != nil && a.entry == nil {
 		a.entry = checkpoint.NewEntry(checkpoint.PodDevicesEntry{
 			PodUID: podUID, ContainerName: container, ResourceName: res,
 			DeviceIDs: a.Devices, AllocResp: a.raw,

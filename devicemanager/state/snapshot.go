@@ -69,7 +69,15 @@ func (s *State) entries(p podDevices) []checkpoint.PodDevicesEntry {
 // the plugin like the others instead of being refused as unregistered. It returns the entries
 // skipped because their AllocResp does not decode.
 func (s *State) Restore(data *checkpoint.Data, now time.Time) (bad []checkpoint.PodDevicesEntry) {
-	bad = s.RestoreAssignments(data.PodDeviceEntries)
+	return s.RestoreRead(data, nil, now)
+}
+
+// RestoreRead is Restore for a checkpoint read with checkpoint.Store.ReadEntries: entries[i]
+// holds data.PodDeviceEntries[i], and the state keeps those Entries as its own, with what
+// they remember of their encoding, so that the first write after the restore costs little
+// more than the file's bytes. A nil entries is Restore. Neither may be modified afterwards.
+func (s *State) RestoreRead(data *checkpoint.Data, entries []*checkpoint.Entry, now time.Time) (bad []checkpoint.PodDevicesEntry) {
+	bad = s.restoreAssignments(data.PodDeviceEntries, entries)
 	for _, res := range SortedKeys(data.RegisteredDevices) {
 		s.AddRestored(res, now)
 	}
@@ -85,6 +93,12 @@ func (s *State) Restore(data *checkpoint.Data, now time.Time) (bad []checkpoint.
 // owner's own record), and returns the entries it skipped because their AllocResp is not a
 // valid ContainerAllocateResponse. Reservations and device sets are untouched.
 func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []checkpoint.PodDevicesEntry) {
+	return s.restoreAssignments(entries, nil)
+}
+
+// restoreAssignments is RestoreAssignments, keeping kept[i] as the checkpoint entry of
+// entries[i] where it is written the same way as the state's own would be; kept may be nil.
+func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []*checkpoint.Entry) (bad []checkpoint.PodDevicesEntry) {
 	s.pods, s.held, s.order = make(podDevices, len(entries)), map[string]map[string]int{}, nil
 	for _, r := range s.resources {
 		r.free = nil
@@ -101,24 +115,47 @@ func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []
 		}
 		s.order.rebuild(s.pods)
 	}()
-	for _, e := range entries {
+	for i := range entries {
+		e := &entries[i]
 		// The answer stays in wire form until first needed (Allocation.Response); only
 		// whether it decodes is checked now, as an entry whose answer does not is dropped.
 		if !validAllocResp(e.AllocResp) {
-			bad = append(bad, e)
+			bad = append(bad, *e)
 			continue
 		}
-		devs := checkpoint.DevicesPerNUMA{}
-		for n, ids := range e.DeviceIDs {
-			devs[n] = append([]string(nil), ids...)
+		var a *Allocation
+		if kept != nil && writtenAsIs(e) {
+			a = newAllocation(e.DeviceIDs, nil, e.AllocResp)
+			a.entry = kept[i]
+		} else {
+			devs := checkpoint.DevicesPerNUMA{}
+			for n, ids := range e.DeviceIDs {
+				devs[n] = append([]string(nil), ids...)
+			}
+			raw := e.AllocResp
+			if raw == nil {
+				raw = []byte{}
+			}
+			a = newAllocation(devs, nil, raw)
 		}
-		raw := e.AllocResp
-		if raw == nil {
-			raw = []byte{}
-		}
-		s.record(e.PodUID, e.ContainerName, e.ResourceName, newAllocation(devs, nil, raw))
+		s.record(e.PodUID, e.ContainerName, e.ResourceName, a)
 	}
 	return bad
+}
+
+// writtenAsIs reports whether the state writes a restored entry back as it was read: the
+// restore turns a null DeviceIDs into {}, a null or empty device list into null, and a null
+// AllocResp into "".
+func writtenAsIs(e *checkpoint.PodDevicesEntry) bool {
+	if e.DeviceIDs == nil || e.AllocResp == nil {
+		return false
+	}
+	for _, ids := range e.DeviceIDs {
+		if len(ids) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // namedDevices counts, per resource, the device IDs the entries name (repeats included).

@@ -493,3 +493,45 @@ func TestRestoreSkippedEntryHoldsNothing(t *testing.T) {
 		t.Errorf("known resources: %v, want only example.com/gpu", got)
 	}
 }
+
+// TestRestoreReadKeepsEntries checks which read Entries RestoreRead keeps as the state's own:
+// those the state writes back as they were read, and no others, so that the next file still
+// holds what the state's own entries would write (a null DeviceIDs as {}, an empty device
+// list as null, a null AllocResp as "").
+func TestRestoreReadKeepsEntries(t *testing.T) {
+	entry := func(pod string, devs checkpoint.DevicesPerNUMA, resp []byte) checkpoint.PodDevicesEntry {
+		return checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: "c", ResourceName: "example.com/gpu", DeviceIDs: devs, AllocResp: resp}
+	}
+	data := &checkpoint.Data{PodDeviceEntries: []checkpoint.PodDevicesEntry{
+		entry("a", checkpoint.DevicesPerNUMA{0: {"g0"}, 1: {"g1"}}, []byte{}),
+		entry("b", nil, []byte{}),
+		entry("c", checkpoint.DevicesPerNUMA{0: {}}, []byte{}),
+		entry("d", checkpoint.DevicesPerNUMA{0: {"g2"}}, nil),
+		entry("e", checkpoint.DevicesPerNUMA{0: {"g3"}}, []byte{}),
+	}}
+	read := make([]*checkpoint.Entry, len(data.PodDeviceEntries))
+	for i, e := range data.PodDeviceEntries {
+		read[i] = checkpoint.NewEntry(e)
+	}
+	s := New(Options{})
+	if bad := s.RestoreRead(data, read, origin); len(bad) > 0 {
+		t.Fatalf("skipped %v", bad)
+	}
+	kept := map[string]bool{}
+	got := s.Prepared().Entries
+	for _, e := range got {
+		for _, r := range read {
+			if e == r {
+				kept[e.PodUID] = true
+			}
+		}
+	}
+	if want := map[string]bool{"a": true, "e": true}; !reflect.DeepEqual(kept, want) {
+		t.Errorf("kept the read entries of pods %v, want %v", kept, want)
+	}
+	own := New(Options{})
+	own.RestoreAssignments(data.PodDeviceEntries)
+	if !reflect.DeepEqual(s.Snapshot(), own.Snapshot()) {
+		t.Errorf("restored from read entries:\n%#v\nfrom the data alone:\n%#v", s.Snapshot(), own.Snapshot())
+	}
+}
