@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,12 +259,13 @@ func waitAllocatable(tb testing.TB, m manager, want int64) {
 		func() string { return fmt.Sprintf("allocatable is %d after 30s, want %d", m.allocatable(), want) })
 }
 
-// spinUntil checks done in a loop, yielding between checks, until it holds; after 30 s it
-// fails the test with failure's message.
+// spinUntil checks done in a loop, yielding between checks (see waitYield), until it holds;
+// after 30 s it fails the test with failure's message.
 func spinUntil(tb testing.TB, done func() bool, failure func() string) {
 	var deadline time.Time
+	yield := waitYield(tb)
 	for i := 0; !done(); i++ {
-		runtime.Gosched()
+		yield()
 		if i%4096 == 0 {
 			if deadline.IsZero() {
 				deadline = time.Now().Add(30 * time.Second)
@@ -283,5 +285,26 @@ func seedCheckpoint(tb testing.TB, dir string, d *checkpoint.Data) {
 	}
 	if err := s.Write(d); err != nil {
 		tb.Fatal(err)
+	}
+}
+
+// waitYieldEnv names what the wait loop does between checks: "gosched" (the default,
+// runtime.Gosched), "none" (nothing) or "sched_yield" (the system call, which yields the CPU
+// to other threads but keeps the goroutine on its processor). docs/benchmarks.md compares
+// them; the choice applies to both managers alike.
+const waitYieldEnv = "UPSTREAMBENCH_WAIT_YIELD"
+
+// waitYield returns the wait loop's step between checks, as waitYieldEnv selects it.
+func waitYield(tb testing.TB) func() {
+	switch v := os.Getenv(waitYieldEnv); v {
+	case "", "gosched":
+		return runtime.Gosched
+	case "none":
+		return func() {}
+	case "sched_yield":
+		return func() { _, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+	default:
+		tb.Fatalf("%s=%q: want gosched, none or sched_yield", waitYieldEnv, v)
+		return nil
 	}
 }
