@@ -207,10 +207,12 @@ func joinCluster(t *testing.T, nodeName string, kdmArgs ...string) {
 			agent.ReasonUnexpectedAdmissionError, wantMsg)
 	}
 
-	events, err := cn.admin.CoreV1().Events(cn.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=train-c"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Events are sent by a background broadcaster, so the pod's status can come first.
+	var events *v1.EventList
+	cn.poll("an event for train-c", func() (bool, string) {
+		events, err = cn.admin.CoreV1().Events(cn.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=train-c"})
+		return err == nil && len(events.Items) > 0, fmt.Sprint(err)
+	})
 	if len(events.Items) != 1 || events.Items[0].Type != v1.EventTypeWarning || events.Items[0].Reason != agent.ReasonUnexpectedAdmissionError {
 		t.Fatalf("events of train-c: %+v; want one Warning %s", events.Items, agent.ReasonUnexpectedAdmissionError)
 	}
