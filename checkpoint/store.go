@@ -407,7 +407,8 @@ func (s *Store) Read() (*Data, Layout, error) {
 // writes them again (as Prepared). An entry that the reflection-free parser read keeps its
 // text in the file, which the first write uses if it is exactly what Encode writes, and the
 // checksum states around it: a write of the same entries in the same order neither encodes
-// nor hashes them again. Neither data nor the entries may be modified.
+// nor hashes them again. The file's bytes stay in memory until the last of those entries is
+// dropped. Neither data nor the entries may be modified.
 func (s *Store) ReadEntries() (data *Data, entries []*Entry, layout Layout, err error) {
 	return s.read(true)
 }
