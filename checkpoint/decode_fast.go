@@ -197,8 +197,8 @@ func (p *fastParser) registered(dst *map[string][]string) bool {
 }
 
 // allocResp parses the base64 AllocResp: null gives nil, "" a non-nil empty
-// slice. Like encoding/json it decodes with base64.StdEncoding into a
-// DecodedLen buffer; input that fails to decode is left to encoding/json.
+// slice. Like encoding/json it decodes as base64.StdEncoding does (decodeBase64)
+// into a DecodedLen buffer; input that fails to decode is left to encoding/json.
 func (p *fastParser) allocResp(dst *[]byte) bool {
 	if p.null() {
 		*dst = nil
@@ -214,7 +214,7 @@ func (p *fastParser) allocResp(dst *[]byte) bool {
 	}
 	s := p.b[p.i+1 : p.i+1+end]
 	out := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
-	n, err := base64.StdEncoding.Decode(out, s)
+	n, err := decodeBase64(out, s)
 	// A successful decode leaves only the base64 alphabet, '=' and the line
 	// breaks the decoder skips; raw line breaks are not valid JSON. This
 	// saves str's byte checks on the largest values of the file.

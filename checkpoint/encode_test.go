@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"unicode/utf8"
 
@@ -131,4 +132,21 @@ func TestAppendBase64(t *testing.T) {
 		}
 		src = append(src, byte(n*37+11))
 	}
+}
+
+// FuzzDecodeBase64 holds decodeBase64 to encoding/base64: the same count, bytes and error for
+// any input, in a destination of the size the parser gives it.
+func FuzzDecodeBase64(f *testing.F) {
+	for _, s := range []string{"", "QQ==", "QR==", "QUI=", "QUJD", "QUJDREVGR0g=", "QUJD\nREVG", "QUJ*REVG", "QUJDREVGR0hJ", "=QUJ", "QUJDREVGR0hJSktMTU5PUA=="} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		size := base64.StdEncoding.DecodedLen(len(src))
+		got, want := make([]byte, size), make([]byte, size)
+		n, err := decodeBase64(got, src)
+		wn, werr := base64.StdEncoding.Decode(want, src)
+		if fmt.Sprint(err) != fmt.Sprint(werr) || (err == nil && (n != wn || !bytes.Equal(got[:n], want[:wn]))) {
+			t.Fatalf("decodeBase64(%q) = %d, %x, %v; encoding/base64 gives %d, %x, %v", src, n, got[:n], err, wn, want[:wn], werr)
+		}
+	})
 }
