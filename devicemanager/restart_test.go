@@ -1,14 +1,18 @@
 package devicemanager
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/endpoint"
 )
@@ -155,4 +159,53 @@ func TestUnusualDeviceLists(t *testing.T) {
 
 	p.SetDevices(nil)
 	waitFor(t, m, "empty list", func() bool { return capacityIs(m, gpu, 0, 0) })
+}
+
+// TestRestartWritesTheSameCheckpoint: a manager restarted on its own checkpoint, whose plugin
+// comes back with the same devices, writes the file it read byte for byte. The entries it read
+// are kept for that write (Store.ReadEntries), their text and checksum parts taken from the
+// file; a part taken wrongly would change the checksum.
+func TestRestartWritesTheSameCheckpoint(t *testing.T) {
+	dir := shortDir(t)
+	pods := newPodList()
+	a := testManager(t, dir, Config{}, Sources{ActivePods: pods.active})
+	p := testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{},
+		devices(pluginapi.Healthy, "g1", "g2", "g3", "g4", "g5", "g6"), envAllocator("GPU"))
+	waitFor(t, a, "devices", func() bool { return capacityIs(a, gpu, 6, 6) })
+	for i := range 3 {
+		pod := testPod(fmt.Sprintf("p%d", i), container("c", map[string]int64{gpu: 2}))
+		pods.add(pod)
+		if err := a.Allocate(context.Background(), pod, &pod.Spec.Containers[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.WaitForCheckpointWrites()
+	path := filepath.Join(dir, checkpoint.FileName)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs := p.Registrations()
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := testManager(t, dir, Config{}, Sources{ActivePods: pods.active})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := p.WaitForRegistrations(ctx, regs+1); err != nil {
+		t.Fatalf("plugin did not re-register: %v", err)
+	}
+	waitFor(t, b, "capacity back", func() bool { return capacityIs(b, gpu, 6, 6) })
+	b.WaitForCheckpointWrites()
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(after, before) {
+		t.Fatalf("checkpoint after the restart:\n%s\nbefore:\n%s", after, before)
+	}
+	if _, _, err := checkpoint.Decode(after); err != nil {
+		t.Fatalf("checkpoint after the restart: %v", err)
+	}
 }
