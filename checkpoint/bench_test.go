@@ -150,6 +150,43 @@ func BenchmarkWrite(b *testing.B) {
 	}
 }
 
+// BenchmarkWritePreparedArrival measures the durable WritePrepared of an Allocate on a node
+// of pods pods whose entries the writer keeps: per op the pod that arrived in the previous op
+// leaves and a new one arrives, at the end of the file (its UID sorts last), in the middle or
+// at the start. A write through the spare leaves in place the entries before the arrival
+// (see replaceViaSpare), so the three show what a write costs as the change moves forward.
+func BenchmarkWritePreparedArrival(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		d := benchData(b, n)
+		base := make([]*Entry, n)
+		for i, e := range d.PodDeviceEntries {
+			base[i] = NewEntry(e)
+		}
+		reg := []*Registered{NewRegistered("nvidia.com/gpu", d.RegisteredDevices["nvidia.com/gpu"])}
+		for _, at := range []struct {
+			name string
+			pos  int
+		}{{"end", n}, {"middle", n / 2}, {"start", 0}} {
+			b.Run(fmt.Sprintf("pods=%d,at=%s", n, at.name), func(b *testing.B) {
+				s, err := NewStore(StoreConfig{Dir: b.TempDir()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				arrival := d.PodDeviceEntries[0]
+				entries := make([]*Entry, 0, n+1)
+				b.ReportAllocs()
+				for b.Loop() {
+					e := NewEntry(arrival) // a new pod: its entry is encoded and hashed once
+					entries = append(append(append(entries[:0], base[:at.pos]...), e), base[at.pos:]...)
+					if err := s.WritePrepared(&Prepared{Entries: entries, Registered: reg}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestBenchDataShape keeps the benchmark honest: about 200 bytes of
 // AllocResp per entry, and Encode equal to the reference.
 func TestBenchDataShape(t *testing.T) {

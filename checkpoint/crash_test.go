@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +53,23 @@ func crashData(gen int) *Data {
 	return d
 }
 
+// crashPrepared is d as Prepared content whose i-th entry is (*pool)[i], made when first
+// needed: successive generations share their first entries, so a write through the spare
+// leaves those in place and writes the rest (see replaceViaSpare).
+func crashPrepared(d *Data, pool *[]*Entry) *Prepared {
+	p := &Prepared{}
+	for i, e := range d.PodDeviceEntries {
+		if i == len(*pool) {
+			*pool = append(*pool, NewEntry(e))
+		}
+		p.Entries = append(p.Entries, (*pool)[i])
+	}
+	for _, res := range slices.Sorted(maps.Keys(d.RegisteredDevices)) {
+		p.Registered = append(p.Registered, NewRegistered(res, d.RegisteredDevices[res]))
+	}
+	return p
+}
+
 // spareInFlight reports whether dir's spare shows a write the kill interrupted: it does not
 // decode (killed while it was being filled), or holds a generation after gen, the
 // checkpoint's (killed between its sync and the exchange). After a completed write the spare
@@ -69,7 +88,8 @@ func spareInFlight(dir string, gen int) bool {
 }
 
 // runCrashWriter is the child process. It prints "ready" once its store is
-// open and "wrote N" after each completed Write, and gives up on its own
+// open and "wrote N" after each completed write (every fourth a Write, the others
+// WritePrepared with entries kept between writes), and gives up on its own
 // after a while in case nobody kills it.
 func runCrashWriter(dir string) int {
 	run, err := strconv.Atoi(os.Getenv(crashRunEnv))
@@ -84,8 +104,15 @@ func runCrashWriter(dir string) int {
 	}
 	fmt.Println("ready")
 	deadline := time.Now().Add(20 * time.Second)
+	var pool []*Entry // kept between writes, as the device manager keeps its entries
 	for i := 0; time.Now().Before(deadline); i++ {
-		if err := s.Write(crashData(run*genStride + i)); err != nil {
+		d := crashData(run*genStride + i)
+		if i%4 == 0 {
+			err = s.Write(d)
+		} else {
+			err = s.WritePrepared(crashPrepared(d, &pool))
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}

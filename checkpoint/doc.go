@@ -81,7 +81,11 @@
 // blocks and swapping two names costs the disk a half to two thirds of what
 // a new file costs, and nothing is freed. The directory sync follows every
 // such write, because the next one overwrites the spare, which must by then
-// not be the checkpoint on disk. The spare is overwritten only under an
+// not be the checkpoint on disk. As the spare holds the file of two writes
+// before, a WritePrepared whose first entries are the same Entries as that
+// file's leaves those bytes in place and writes (and syncs) only the rest,
+// if the spare is still the file the Store wrote: same inode, size,
+// modification and change times (see fileID for what that catches). The spare is overwritten only under an
 // exclusive flock and only while it is still the file at its name; Read and
 // ReadFile hold a shared flock on the file they read. Only a regular file of
 // the Store's user with one name is written into (one with another mode than

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,38 +35,60 @@ var exchangeFiles = func(a, b string) error {
 //     file at the spare's name, so two writers never fill the same file, and a reader holding
 //     a shared lock (Read) never sees the file change under it.
 //
+// entries are the new file's entries when it is a Prepared file (nil otherwise). When the
+// spare is still the file this Store wrote two writes ago, unchanged since (see fileID), and
+// both are Prepared files, the bytes they share (see sharedPrefix) are left in place: write is
+// told to skip them, and only the rest of the file is written and synced. Entries arrive at
+// the end of a file more often than anywhere else, so a write usually rewrites the last
+// entries, the registered devices and the checksum, not the whole file.
+//
 // Callers hold mu.
-func (s *Store) replaceViaSpare(write func(io.Writer) error) (size int64, done bool, err error) {
+func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept int64, done bool, err error) {
 	if s.noExchange || !s.spareSafe {
-		return 0, false, nil
+		return 0, 0, false, nil
 	}
 	var st unix.Stat_t
 	if unix.Lstat(s.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, false, nil
+		return 0, 0, false, nil
 	}
 	f := s.openSpare()
 	if f == nil {
-		return 0, false, nil
+		return 0, 0, false, nil
 	}
 	defer func() { _ = f.Close() }() // releases the lock, after the exchange
-	cw := &countingWriter{w: f}
-	if err := write(cw); err != nil {
-		s.dropSpare()
-		return 0, true, fmt.Errorf("write temporary file: %w", err)
+	prev, replaced := s.spareHolds, s.checkpointHolds
+	s.checkpointHolds, s.spareHolds = nil, nil // known again only once this write succeeds
+	if prev != nil && unix.Fstat(int(f.Fd()), &st) == nil && idOf(&st, true) == prev.id {
+		kept = sharedPrefix(prev.entries, entries)
 	}
-	if err := f.Truncate(cw.n); err != nil {
+	if kept > 0 {
+		if _, err := f.Seek(kept, io.SeekStart); err != nil {
+			kept = 0
+		}
+	}
+	cw := &countingWriter{w: f}
+	if err := write(cw, kept); err != nil {
 		s.dropSpare()
-		return 0, true, fmt.Errorf("truncate temporary file: %w", err)
+		return 0, 0, true, fmt.Errorf("write temporary file: %w", err)
+	}
+	size = kept + cw.n
+	if err := f.Truncate(size); err != nil {
+		s.dropSpare()
+		return 0, 0, true, fmt.Errorf("truncate temporary file: %w", err)
 	}
 	if err := f.Sync(); err != nil {
 		s.dropSpare()
-		return 0, true, fmt.Errorf("sync temporary file: %w", err)
+		return 0, 0, true, fmt.Errorf("sync temporary file: %w", err)
+	}
+	var written *fileContent
+	if entries != nil && unix.Fstat(int(f.Fd()), &st) == nil {
+		written = &fileContent{entries: slices.Clone(entries), id: idOf(&st, false)}
 	}
 	if err := exchangeFiles(s.spare, s.path); err != nil {
 		unsupported := errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)
 		if !unsupported && !errors.Is(err, fs.ErrNotExist) {
 			s.dropSpare()
-			return 0, true, fmt.Errorf("exchange temporary file with checkpoint: %w", err)
+			return 0, 0, true, fmt.Errorf("exchange temporary file with checkpoint: %w", err)
 		}
 		if unsupported {
 			s.noExchange = true
@@ -74,14 +97,38 @@ func (s *Store) replaceViaSpare(write func(io.Writer) error) (size int64, done b
 		// The spare is whole and synced: put it in place as a new temporary file would be.
 		if err := os.Rename(s.spare, s.path); err != nil {
 			s.dropSpare()
-			return 0, true, fmt.Errorf("rename temporary file: %w", err)
+			return 0, 0, true, fmt.Errorf("rename temporary file: %w", err)
 		}
+		replaced = nil // it is gone, and nothing is at the spare's name
 	}
 	if err := syncDir(s.dir); err != nil {
 		s.spareSafe = false // the exchange may not be on disk: the spare may still be the checkpoint there
-		return 0, true, err
+		return 0, 0, true, err
 	}
-	return cw.n, true, nil
+	s.checkpointHolds = written
+	s.spareHolds = s.movedToSpare(replaced)
+	return size, kept, true, nil
+}
+
+// movedToSpare returns what the spare holds after an exchange moved the file of the previous
+// write there, if the file at the spare's name is still that file as that write left it:
+// same inode, size and modification time. Its change time, which the exchange itself set, is
+// then part of its identity. It returns nil for anything else.
+func (s *Store) movedToSpare(replaced *fileContent) *fileContent {
+	var st unix.Stat_t
+	if replaced == nil || unix.Lstat(s.spare, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st, false) != replaced.id {
+		return nil
+	}
+	return &fileContent{entries: replaced.entries, id: idOf(&st, true)}
+}
+
+// idOf is st's fileID, with the change time when withCtime is set.
+func idOf(st *unix.Stat_t, withCtime bool) fileID {
+	id := fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtimeNs: st.Mtim.Nano()}
+	if withCtime {
+		id.ctimeNs, id.ctimeKnown = st.Ctim.Nano(), true
+	}
+	return id
 }
 
 // openSpare opens the spare for overwriting, creating it if it is missing, and locks it

@@ -3,15 +3,14 @@
 package checkpoint
 
 import (
-	"io"
 	"io/fs"
 	"os"
 )
 
 // replaceViaSpare never writes outside Linux, which alone can exchange two names atomically:
 // every write there goes through a new temporary file.
-func (s *Store) replaceViaSpare(func(io.Writer) error) (size int64, done bool, err error) {
-	return 0, false, nil
+func (s *Store) replaceViaSpare(writeFunc, []*Entry) (size, kept int64, done bool, err error) {
+	return 0, 0, false, nil
 }
 
 // lockForRead takes no lock outside Linux: no spare is ever overwritten there.

@@ -71,6 +71,11 @@ type Store struct {
 	// Either keeps writes off the spare. Guarded by mu.
 	noExchange bool
 	spareSafe  bool
+	// checkpointHolds and spareHolds are what the Store knows the files at the checkpoint's
+	// and the spare's name hold, from its own Prepared writes; nil when it does not know. A
+	// write through the spare leaves in place what the spare already holds of the new file
+	// (see replaceViaSpare). Guarded by mu.
+	checkpointHolds, spareHolds *fileContent
 
 	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
 	releases sync.WaitGroup
@@ -182,7 +187,8 @@ func (s *Store) Write(d *Data) error {
 // written piece by piece through a buffer the Store keeps, while the
 // checksum, which ends the file, is computed on a second goroutine: a large
 // checkpoint is neither built in memory whole nor hashed before its writing
-// starts.
+// starts. Through the spare (see Write), the bytes of the leading entries
+// that the spare already holds are not written again (see replaceViaSpare).
 func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, true) }
 
 // WritePreparedNoDirSync is WritePrepared without the final directory fsync,
@@ -206,20 +212,28 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	size := 0
-	how, err := s.replaceLocked(dirSync, func(f io.Writer) error {
+	how, err := s.replaceLocked(dirSync, p.Entries, func(f io.Writer, skip int64) error {
 		if s.bw == nil {
 			s.bw = bufio.NewWriterSize(f, writeBufferSize)
 		}
 		s.bw.Reset(f)
 		var werr error
 		sum := emitPrepared(p, reg, func(b []byte) {
-			if werr == nil {
-				_, werr = s.bw.Write(b)
-				size += len(b)
+			at := int64(size)
+			size += len(b)
+			if werr != nil || int64(size) <= skip {
+				return
 			}
+			if at < skip {
+				b = b[skip-at:]
+			}
+			_, werr = s.bw.Write(b)
 		})
 		if werr != nil {
 			return werr
+		}
+		if int64(size) < skip {
+			return fmt.Errorf("checkpoint store: %d bytes to keep, but the file has %d", skip, size)
 		}
 		var tail [32]byte
 		t := appendChecksumTail(tail[:0], sum)
@@ -242,7 +256,7 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 // writeLocked replaces the checkpoint with b, the encoding of entries entries, durably.
 // Callers hold mu.
 func (s *Store) writeLocked(b []byte, entries int) error {
-	how, err := s.replaceLocked(true, func(f io.Writer) error { _, err := f.Write(b); return err })
+	how, err := s.replaceLocked(true, nil, func(f io.Writer, _ int64) error { _, err := f.Write(b); return err })
 	if err != nil {
 		return err
 	}
@@ -250,30 +264,38 @@ func (s *Store) writeLocked(b []byte, entries int) error {
 	return nil
 }
 
+// writeFunc writes a checkpoint file to w, leaving out its first skip bytes, which the file
+// being filled already holds: w starts at offset skip. skip is 0 unless the write is of a
+// Prepared file (see replaceViaSpare).
+type writeFunc func(w io.Writer, skip int64) error
+
 // replacement says how a write replaced the checkpoint.
 type replacement struct {
-	viaSpare bool // through the spare (replaceViaSpare), not a new temporary file
-	dirSync  bool // the directory was synced after it
+	viaSpare bool  // through the spare (replaceViaSpare), not a new temporary file
+	dirSync  bool  // the directory was synced after it
+	kept     int64 // bytes of the spare left as they were, not written again
 }
 
 // replaceLocked replaces the checkpoint with what write writes, through the spare when it can
 // (replaceViaSpare) and a new temporary file otherwise, and fsyncs the directory when
-// dirSync is set (a write through the spare always does). Callers hold mu.
-func (s *Store) replaceLocked(dirSync bool, write func(io.Writer) error) (replacement, error) {
-	size, done, err := s.replaceViaSpare(write)
+// dirSync is set (a write through the spare always does). entries are the new file's entries
+// when it is a Prepared file, nil otherwise. Callers hold mu.
+func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (replacement, error) {
+	size, kept, done, err := s.replaceViaSpare(write, entries)
 	if done {
 		s.lastSize = size
 		if err != nil {
 			s.lastSize = -1
 			return replacement{}, &FileError{Path: s.path, Err: err}
 		}
-		return replacement{viaSpare: true, dirSync: true}, nil
+		return replacement{viaSpare: true, dirSync: true, kept: kept}, nil
 	}
+	s.checkpointHolds, s.spareHolds = nil, nil
 	var replaced *heldFile
 	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
 		replaced = holdFile(s.path)
 	}
-	size, err = writeFileAtomic(s.dir, s.path, write, dirSync)
+	size, err = writeFileAtomic(s.dir, s.path, func(w io.Writer) error { return write(w, 0) }, dirSync)
 	s.releaseReplaced(replaced)
 	s.lastSize = size
 	if err != nil {
@@ -316,7 +338,7 @@ func (s *Store) releaseReplaced(h *heldFile) {
 
 func (s *Store) logWrite(bytes, entries int, how replacement) {
 	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries,
-		"dirSynced", how.dirSync, "viaSpare", how.viaSpare)
+		"dirSynced", how.dirSync, "viaSpare", how.viaSpare, "keptBytes", how.kept)
 }
 
 // writeFileAtomic replaces path with what write writes through a temporary file in dir:
@@ -490,6 +512,7 @@ var errReadBusy = errors.New("checkpoint file is being replaced")
 func (s *Store) Remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.checkpointHolds, s.spareHolds = nil, nil
 	spareErr := os.Remove(s.spare)
 	err := os.Remove(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
