@@ -42,8 +42,15 @@ type starter func(tb testing.TB, dir string, pods *podList) manager
 
 // implementation is one side of a comparison: its sub-benchmark name and its starter.
 type implementation struct {
-	name  string
-	start starter
+	name   string
+	launch starter // leaves the manager running: its caller stops it
+}
+
+// start launches the side's manager and stops it at tb's cleanup.
+func (i implementation) start(tb testing.TB, dir string, pods *podList) manager {
+	m := i.launch(tb, dir, pods)
+	tb.Cleanup(m.stop)
+	return m
 }
 
 // kubeletSide is the kubelet v1.36 device manager.
@@ -96,7 +103,7 @@ func (noAffinity) GetPolicy() topologymanager.Policy { return nil }
 func (noAffinity) Name() string                      { return "none" }
 
 // startKubelet starts the kubelet's manager on dir as the kubelet's container manager does
-// (Start with the pod source, no containers known to the runtime), and stops it at cleanup.
+// (Start with the pod source, no containers known to the runtime).
 func startKubelet(tb testing.TB, dir string, pods *podList) manager {
 	tb.Helper()
 	m, err := NewKubeletManager(logr.Discard(), filepath.Join(dir, kdm.KubeletSocketName), nil, noAffinity{})
@@ -109,7 +116,6 @@ func startKubelet(tb testing.TB, dir string, pods *podList) manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &kubeletManager{m: m, cancel: cancel, done: make(chan struct{})}
 	go drain(ctx, m.Updates(), k.done) // the kubelet's pod workers read health updates
-	tb.Cleanup(k.stop)
 	return k
 }
 
@@ -141,8 +147,7 @@ type kdmManager struct {
 	done   chan struct{}
 }
 
-// startKDM starts kdm's manager on dir under policy p, with the same pod source, and stops
-// it at cleanup.
+// startKDM starts kdm's manager on dir under policy p, with the same pod source.
 func startKDM(tb testing.TB, dir string, pods *podList, p kdm.Policy) manager {
 	tb.Helper()
 	m, err := kdm.New(kdm.Config{PluginDir: dir, Logger: logr.Discard(), Policy: p})
@@ -156,7 +161,6 @@ func startKDM(tb testing.TB, dir string, pods *podList, p kdm.Policy) manager {
 	}
 	k := &kdmManager{m: m, cancel: cancel, done: make(chan struct{})}
 	go drain(ctx, m.Updates(), k.done)
-	tb.Cleanup(k.stop)
 	return k
 }
 
