@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/binary"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -29,83 +30,78 @@ const (
 )
 
 // wireSchema describes one message: the kind of each field number and, for nested messages,
-// their schema.
+// their schema. The messages here declare field numbers below maxSchemaField only.
 type wireSchema struct {
-	fields   func(protowire.Number) wireField
-	messages func(protowire.Number) *wireSchema
+	kinds  [maxSchemaField]wireField
+	nested [maxSchemaField]*wireSchema
+}
+
+const maxSchemaField = 6
+
+// kind is what s declares for field number num.
+func (s *wireSchema) kind(num uint64) wireField {
+	if num < maxSchemaField {
+		return s.kinds[num]
+	}
+	return unknownWireField
 }
 
 // The deviceplugin v1beta1 messages a ContainerAllocateResponse is made of.
 var (
-	mountSchema = &wireSchema{fields: func(n protowire.Number) wireField {
-		switch n {
-		case 1, 2: // container_path, host_path
-			return stringWireField
-		case 3: // read_only
-			return boolWireField
-		}
-		return unknownWireField
-	}}
-	deviceSpecSchema = &wireSchema{fields: func(n protowire.Number) wireField {
-		if n >= 1 && n <= 3 { // container_path, host_path, permissions
-			return stringWireField
-		}
-		return unknownWireField
-	}}
+	// mount: container_path, host_path, read_only.
+	mountSchema = &wireSchema{kinds: [maxSchemaField]wireField{1: stringWireField, 2: stringWireField, 3: boolWireField}}
+	// deviceSpec: container_path, host_path, permissions.
+	deviceSpecSchema = &wireSchema{kinds: [maxSchemaField]wireField{1: stringWireField, 2: stringWireField, 3: stringWireField}}
 	// stringMapEntrySchema is an entry of a map<string, string>: key 1, value 2. On the wire
 	// it is a message like any other, and the runtime checks it by the same rules.
-	stringMapEntrySchema = &wireSchema{fields: func(n protowire.Number) wireField {
-		if n == 1 || n == 2 {
-			return stringWireField
-		}
-		return unknownWireField
-	}}
-	cdiDeviceSchema = &wireSchema{fields: func(n protowire.Number) wireField {
-		if n == 1 { // name
-			return stringWireField
-		}
-		return unknownWireField
-	}}
+	stringMapEntrySchema = &wireSchema{kinds: [maxSchemaField]wireField{1: stringWireField, 2: stringWireField}}
+	// cdiDevice: name.
+	cdiDeviceSchema = &wireSchema{kinds: [maxSchemaField]wireField{1: stringWireField}}
+	// allocRespSchema: envs, mounts, devices, annotations, cdi_devices.
 	allocRespSchema = &wireSchema{
-		fields: func(n protowire.Number) wireField {
-			if n >= 1 && n <= 5 { // envs, mounts, devices, annotations, cdi_devices
-				return messageWireField
-			}
-			return unknownWireField
-		},
-		messages: func(n protowire.Number) *wireSchema {
-			switch n {
-			case 2:
-				return mountSchema
-			case 3:
-				return deviceSpecSchema
-			case 5:
-				return cdiDeviceSchema
-			}
-			return stringMapEntrySchema
-		},
+		kinds: [maxSchemaField]wireField{1: messageWireField, 2: messageWireField, 3: messageWireField, 4: messageWireField, 5: messageWireField},
+		nested: [maxSchemaField]*wireSchema{1: stringMapEntrySchema, 2: mountSchema, 3: deviceSpecSchema,
+			4: stringMapEntrySchema, 5: cdiDeviceSchema},
 	}
 )
 
 // validAllocResp reports whether proto.Unmarshal accepts b as a ContainerAllocateResponse.
 func validAllocResp(b []byte) bool { return validWireMessage(b, allocRespSchema) }
 
-// validWireMessage reports whether b is a well-formed message of schema s.
+// validWireMessage reports whether b is a well-formed message of schema s. Tags and lengths
+// below 128, which real answers are made of, are read inline.
 func validWireMessage(b []byte, s *wireSchema) bool {
 	for len(b) > 0 {
-		tag, n := protowire.ConsumeVarint(b)
-		if n < 0 {
+		tag, ok := uint64(b[0]), true
+		if tag < 0x80 {
+			b = b[1:]
+		} else if tag, b, ok = consumeVarint(b); !ok {
 			return false
 		}
-		b = b[n:]
-		num, typ := protowire.Number(tag>>3), protowire.Type(tag&7)
-		if tag>>3 < uint64(protowire.MinValidNumber) || tag>>3 > uint64(protowire.MaxValidNumber) || typ == protowire.EndGroupType {
+		num, typ := tag>>3, protowire.Type(tag&7)
+		if num < uint64(protowire.MinValidNumber) || num > uint64(protowire.MaxValidNumber) || typ == protowire.EndGroupType {
 			return false
 		}
-		n = consumeDeclared(b, num, typ, s)
-		if n == errUnknownField {
-			n = protowire.ConsumeFieldValue(num, typ, b)
+		switch kind := s.kind(num); {
+		case kind == boolWireField && typ == protowire.VarintType:
+			if _, b, ok = consumeVarint(b); !ok {
+				return false
+			}
+			continue
+		case (kind == stringWireField || kind == messageWireField) && typ == protowire.BytesType:
+			var n uint64
+			if n, b, ok = consumeVarint(b); !ok || n > uint64(len(b)) {
+				return false
+			}
+			v := b[:n]
+			b = b[n:]
+			if kind == stringWireField && !validUTF8(v) || kind == messageWireField && !validWireMessage(v, s.nested[num]) {
+				return false
+			}
+			continue
 		}
+		// A field s does not declare, or declares with another wire type: skipped if well formed.
+		n := protowire.ConsumeFieldValue(protowire.Number(num), typ, b)
 		if n < 0 {
 			return false
 		}
@@ -114,32 +110,31 @@ func validWireMessage(b []byte, s *wireSchema) bool {
 	return true
 }
 
-// errUnknownField is consumeDeclared's answer for a field to be skipped as unknown.
-const errUnknownField = -1 << 30
-
-// consumeDeclared checks the value of field num (wire type typ) at the start of b against s
-// and returns its length, errUnknownField when the field is unknown to s or has another wire
-// type than declared, or another negative number when the value is invalid.
-func consumeDeclared(b []byte, num protowire.Number, typ protowire.Type, s *wireSchema) int {
-	kind := s.fields(num)
-	switch {
-	case kind == unknownWireField:
-		return errUnknownField
-	case kind == boolWireField:
-		if typ != protowire.VarintType {
-			return errUnknownField
-		}
-		_, n := protowire.ConsumeVarint(b)
-		return n
-	case typ != protowire.BytesType:
-		return errUnknownField
+// consumeVarint reads a varint from the start of b, returning it and the rest of b; ok is
+// false when b does not start with a valid one.
+func consumeVarint(b []byte) (v uint64, rest []byte, ok bool) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), b[1:], true
 	}
-	v, n := protowire.ConsumeBytes(b)
+	v, n := protowire.ConsumeVarint(b)
 	if n < 0 {
-		return n
+		return 0, b, false
 	}
-	if kind == stringWireField && !utf8.Valid(v) || kind == messageWireField && !validWireMessage(v, s.messages(num)) {
-		return -1
+	return v, b[n:], true
+}
+
+// validUTF8 is utf8.Valid, with the ASCII strings answers are made of checked inline.
+func validUTF8(v []byte) bool {
+	for len(v) >= 8 {
+		if binary.LittleEndian.Uint64(v)&0x8080808080808080 != 0 {
+			return utf8.Valid(v) // an ASCII prefix does not change the answer
+		}
+		v = v[8:]
 	}
-	return n
+	for i, c := range v {
+		if c >= 0x80 {
+			return utf8.Valid(v[i:])
+		}
+	}
+	return true
 }
