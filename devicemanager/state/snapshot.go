@@ -107,13 +107,20 @@ func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []
 	for res, n := range namedDevices(entries) {
 		s.held[res] = make(map[string]int, n)
 	}
+	// The file's order is the state's when its entries are strictly sorted (kdm writes them so):
+	// then each is recorded once, in order, and no sort is needed.
+	recorded, sorted := make(entryOrder, 0, len(entries)), true
 	defer func() {
 		for res, counts := range s.held {
 			if len(counts) == 0 {
 				delete(s.held, res) // as hold leaves it: no entry for a resource nothing holds
 			}
 		}
-		s.order.rebuild(s.pods)
+		if sorted {
+			s.order = recorded
+		} else {
+			s.order.rebuild(s.pods)
+		}
 	}()
 	for i := range entries {
 		e := &entries[i]
@@ -139,6 +146,10 @@ func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []
 			a = newAllocation(devs, nil, raw)
 		}
 		s.record(e.PodUID, e.ContainerName, e.ResourceName, a)
+		if n := len(recorded); a.entry == nil || n > 0 && compareEntries(recorded[n-1], a.entry) >= 0 {
+			sorted = false
+		}
+		recorded = append(recorded, a.entry)
 	}
 	return bad
 }

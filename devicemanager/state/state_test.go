@@ -535,3 +535,57 @@ func TestRestoreReadKeepsEntries(t *testing.T) {
 		t.Errorf("restored from read entries:\n%#v\nfrom the data alone:\n%#v", s.Snapshot(), own.Snapshot())
 	}
 }
+
+// TestRestoreOrdersEntries: whatever the order of a checkpoint's entries, the restored state
+// writes them sorted by pod, container and resource, one per container and resource (of two
+// entries for one, the later is restored), and skipped entries are left out; that holds
+// both for a file already sorted, whose order the restore takes as it is, and for one that
+// is not.
+func TestRestoreOrdersEntries(t *testing.T) {
+	entry := func(pod, res, dev string, resp []byte) checkpoint.PodDevicesEntry {
+		return checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: "c", ResourceName: res,
+			DeviceIDs: checkpoint.DevicesPerNUMA{0: {dev}}, AllocResp: resp}
+	}
+	ok, bad := []byte{}, []byte{0xff}
+	for _, tc := range []struct {
+		name    string
+		entries []checkpoint.PodDevicesEntry
+		want    string // pod/resource/device of each written entry, in order
+	}{
+		{"sorted", []checkpoint.PodDevicesEntry{entry("a", "r1", "d0", ok), entry("a", "r2", "d1", ok), entry("b", "r1", "d2", ok)},
+			"a/r1/d0 a/r2/d1 b/r1/d2"},
+		{"sorted, one skipped", []checkpoint.PodDevicesEntry{entry("a", "r1", "d0", ok), entry("a", "r2", "d1", bad), entry("b", "r1", "d2", ok)},
+			"a/r1/d0 b/r1/d2"},
+		{"unsorted", []checkpoint.PodDevicesEntry{entry("b", "r1", "d2", ok), entry("a", "r2", "d1", ok), entry("a", "r1", "d0", ok)},
+			"a/r1/d0 a/r2/d1 b/r1/d2"},
+		{"one container and resource twice, in a row", []checkpoint.PodDevicesEntry{entry("a", "r1", "d0", ok), entry("a", "r1", "d9", ok), entry("b", "r1", "d2", ok)},
+			"a/r1/d9 b/r1/d2"},
+		{"one container and resource twice, apart", []checkpoint.PodDevicesEntry{entry("a", "r1", "d0", ok), entry("b", "r1", "d2", ok), entry("a", "r1", "d9", ok)},
+			"a/r1/d9 b/r1/d2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := &checkpoint.Data{PodDeviceEntries: tc.entries}
+			read := make([]*checkpoint.Entry, len(tc.entries))
+			for i, e := range tc.entries {
+				read[i] = checkpoint.NewEntry(e)
+			}
+			for _, restore := range []struct {
+				name string
+				do   func(*State)
+			}{
+				{"Restore", func(s *State) { s.Restore(data, origin) }},
+				{"RestoreRead", func(s *State) { s.RestoreRead(data, read, origin) }},
+			} {
+				s := New(Options{})
+				restore.do(s)
+				var got []string
+				for _, e := range s.Prepared().Entries {
+					got = append(got, e.PodUID+"/"+e.ResourceName+"/"+e.DeviceIDs[0][0])
+				}
+				if strings.Join(got, " ") != tc.want {
+					t.Errorf("%s: entries %v, want %s", restore.name, got, tc.want)
+				}
+			}
+		})
+	}
+}
