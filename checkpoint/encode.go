@@ -170,27 +170,16 @@ func (w *jsonWriter) canonicalEntry(e *PodDevicesEntry, text []byte) bool {
 	// quantum) or 2 (two bytes) bits that must be zero.
 	switch len(e.AllocResp) % 3 {
 	case 1:
-		return base64Value(b64[len(b64)-3])&0x0f == 0
+		return base64Value(b64[len(b64)-3])&(0x0f|badBase64) == 0
 	case 2:
-		return base64Value(b64[len(b64)-2])&0x03 == 0
+		return base64Value(b64[len(b64)-2])&(0x03|badBase64) == 0
 	}
 	return true
 }
 
-// base64Value is the six bits the standard alphabet's character c stands for.
-func base64Value(c byte) byte {
-	switch {
-	case c >= 'A' && c <= 'Z':
-		return c - 'A'
-	case c >= 'a' && c <= 'z':
-		return c - 'a' + 26
-	case c >= '0' && c <= '9':
-		return c - '0' + 52
-	case c == '+':
-		return 62
-	}
-	return 63 // '/'
-}
+// base64Value is the six bits the standard alphabet's character c stands for (its entry in
+// the decoding table's last position, which is not shifted), or badBase64 for any other.
+func base64Value(c byte) uint32 { return base64Decode()[3][c] }
 
 // compareDecimal orders int64 values by their decimal text, the order
 // encoding/json uses for integer map keys ("-1" < "10" < "2").
