@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -129,7 +130,9 @@ func mutate(rng *rand.Rand, devs []*pluginapi.Device) []*pluginapi.Device {
 // flips, topologies with and without nodes), disconnects and snapshots, and compares the
 // state after each step with listModel: sets, listed devices, reported changes and the
 // checkpoint's registered devices.
-func TestDeviceListMatchesModel(t *testing.T) {
+func TestDeviceListMatchesModel(t *testing.T) { rebuildPaths(t, deviceListMatchesModel) }
+
+func deviceListMatchesModel(t *testing.T) {
 	for seed := uint64(1); seed <= 300; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0))
 		s, m := New(Options{}), &listModel{}
@@ -235,7 +238,9 @@ func decodedList(n int, health string) ([]*pluginapi.Device, *byte, *pluginapi.D
 
 // TestApplyDeviceListKeepsNoMessage checks that neither a new list nor a health flip keeps
 // the decoded message (its devices or the string its IDs are cut from) reachable.
-func TestApplyDeviceListKeepsNoMessage(t *testing.T) {
+func TestApplyDeviceListKeepsNoMessage(t *testing.T) { rebuildPaths(t, applyDeviceListKeepsNoMessage) }
+
+func applyDeviceListKeepsNoMessage(t *testing.T) {
 	s := New(Options{})
 	s.Connect("r")
 	for _, step := range []struct{ name, health string }{
@@ -253,6 +258,22 @@ func TestApplyDeviceListKeepsNoMessage(t *testing.T) {
 		t.Fatalf("unhealthy %d, want 1000 after the flip", s.Unhealthy("r").Len())
 	}
 	runtime.KeepAlive(s)
+}
+
+// rebuildPaths runs test once for each way a list is rebuilt: in one pass, and on two
+// goroutines whenever the list names no ID twice, however short it is.
+func rebuildPaths(t *testing.T, test func(t *testing.T)) {
+	for _, path := range []struct {
+		name string
+		min  int
+	}{{"in order", math.MaxInt}, {"concurrently", 1}} {
+		t.Run(path.name, func(t *testing.T) {
+			saved := concurrentRebuildMin
+			concurrentRebuildMin = path.min
+			t.Cleanup(func() { concurrentRebuildMin = saved })
+			test(t)
+		})
+	}
 }
 
 // waitFreed collects garbage until every one of want has been reported on freed.

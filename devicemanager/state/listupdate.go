@@ -10,31 +10,125 @@ import (
 
 // rebuild replaces the resource's list and sets with devs' and returns the IDs that are new
 // or changed health. The maps are sized from devs up front and every ID is copied into one
-// string, so the resource keeps no part of the message.
+// string, so the resource keeps no part of the message. A long list whose IDs are distinct
+// (rebuildConcurrently) is built on two goroutines; others in one pass (rebuildInOrder).
 func (r *resource) rebuild(devs []*pluginapi.Device) []string {
-	old := r.devs
-	nHealthy, idBytes := 0, 0
-	for _, d := range devs {
-		if d.Health == pluginapi.Healthy {
-			nHealthy++
+	ids := copyIDs(devs)
+	if len(devs) >= concurrentRebuildMin {
+		if changed, ok := r.rebuildConcurrently(devs, ids); ok {
+			return changed
 		}
-		idBytes += len(d.ID)
 	}
-	var arena strings.Builder
-	arena.Grow(idBytes)
-	l := newDeviceTable(len(devs))
-	topo := topologyInterner{l: l}
-	healthy := make(sets.Set[string], nHealthy)
-	unhealthy := make(sets.Set[string], len(devs)-nHealthy)
-	var changed []string
-	if old == nil || len(old.byID) == 0 {
-		changed = make([]string, 0, len(devs))
-	}
-	repeats := false
+	return r.rebuildInOrder(devs, ids)
+}
+
+// concurrentRebuildMin is the list length from which rebuild tries rebuildConcurrently. A
+// variable for the tests, which run both paths on short lists.
+var concurrentRebuildMin = 4096
+
+// listIDs are the IDs of a device list, copied into one string in the list's order.
+type listIDs struct {
+	all      string
+	nHealthy int // devices listed Healthy, repeats included
+}
+
+func copyIDs(devs []*pluginapi.Device) listIDs {
+	n := 0
 	for _, d := range devs {
-		start := arena.Len()
-		arena.WriteString(d.ID)
-		key := arena.String()[start:]
+		n += len(d.ID)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	ids := listIDs{}
+	for _, d := range devs {
+		b.WriteString(d.ID)
+		if d.Health == pluginapi.Healthy {
+			ids.nHealthy++
+		}
+	}
+	ids.all = b.String()
+	return ids
+}
+
+// each calls f with each device of devs, the list the IDs were copied from, and its ID's copy.
+func (ids listIDs) each(devs []*pluginapi.Device, f func(i int, d *pluginapi.Device, id string)) {
+	at := 0
+	for i, d := range devs {
+		f(i, d, ids.all[at:at+len(d.ID)])
+		at += len(d.ID)
+	}
+}
+
+// changedSince returns a list for the IDs changed since old, sized for all of them when old
+// lists nothing.
+func changedSince(old *deviceTable, n int) []string {
+	if old == nil || len(old.byID) == 0 {
+		return make([]string, 0, n)
+	}
+	return nil
+}
+
+// rebuildConcurrently is rebuild for a list that names no ID twice. Inserting a million IDs
+// into two maps is mostly waiting for memory, so the health sets are built on a second
+// goroutine while this one builds the table, where a repeated ID shows. It reports false,
+// having changed nothing, when one does. The second goroutine also keeps the healthy IDs in
+// the list's order, which the checkpoint's registered list is sorted from.
+func (r *resource) rebuildConcurrently(devs []*pluginapi.Device, ids listIDs) ([]string, bool) {
+	var healthy, unhealthy sets.Set[string]
+	var inList []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		healthy = make(sets.Set[string], ids.nHealthy)
+		unhealthy = make(sets.Set[string], len(devs)-ids.nHealthy)
+		inList = make([]string, 0, ids.nHealthy)
+		ids.each(devs, func(_ int, d *pluginapi.Device, id string) {
+			if d.Health == pluginapi.Healthy {
+				healthy[id] = sets.Empty{}
+				inList = append(inList, id)
+			} else {
+				unhealthy[id] = sets.Empty{}
+			}
+		})
+	}()
+	old, l := r.devs, newDeviceTable(len(devs))
+	topo := topologyInterner{l: l}
+	changed := changedSince(old, len(devs))
+	repeated := false
+	ids.each(devs, func(i int, d *pluginapi.Device, id string) {
+		if repeated {
+			return
+		}
+		info := deviceInfo{index: uint32(i)}.withTopology(topo.intern(d.Topology))
+		l.byID[id] = l.setHealth(id, info, d.Health)
+		if repeated = len(l.byID) == i; repeated {
+			return
+		}
+		if prev, ok := old.lookup(id); !ok || prev.Health != d.Health {
+			changed = append(changed, id)
+		}
+	})
+	<-done
+	if repeated {
+		return nil, false
+	}
+	r.registered.rebuilt(inList)
+	r.devs, r.healthy, r.unhealthy, r.free = l, healthy, unhealthy, nil
+	r.setsFollowList = true
+	return changed, true
+}
+
+// rebuildInOrder is rebuild in one pass: for short lists, and for lists that name an ID more
+// than once, where the last entry gives the ID's listed health and topology and an unhealthy
+// entry wins its set.
+func (r *resource) rebuildInOrder(devs []*pluginapi.Device, ids listIDs) []string {
+	old, l := r.devs, newDeviceTable(len(devs))
+	topo := topologyInterner{l: l}
+	healthy := make(sets.Set[string], ids.nHealthy)
+	unhealthy := make(sets.Set[string], len(devs)-ids.nHealthy)
+	changed := changedSince(old, len(devs))
+	repeats := false
+	ids.each(devs, func(_ int, d *pluginapi.Device, key string) {
 		// The sets tell a repeated ID, without a lookup in the table: unhealthy wins.
 		var repeated bool
 		if d.Health == pluginapi.Healthy {
@@ -51,20 +145,19 @@ func (r *resource) rebuild(devs []*pluginapi.Device) []string {
 			}
 		}
 		if repeated {
-			// The last entry gives the listed health and topology.
 			repeats = true
 			info := l.byID[key]
 			l.topologies[info.topology()].devices--
 			info = info.withTopology(topo.intern(d.Topology))
 			l.byID[key] = l.setHealth(key, info, d.Health)
-			continue
+			return
 		}
 		info := deviceInfo{index: uint32(len(l.byID))}.withTopology(topo.intern(d.Topology))
 		l.byID[key] = l.setHealth(key, info, d.Health)
 		if prev, ok := old.lookup(key); !ok || prev.Health != d.Health {
 			changed = append(changed, key)
 		}
-	}
+	})
 	r.registered.changed()
 	r.devs, r.healthy, r.unhealthy, r.free = l, healthy, unhealthy, nil
 	r.setsFollowList = !repeats

@@ -230,6 +230,9 @@ func (s *State) IsAllocated(res, id string) bool { return s.held[res][id] > 0 }
 // resource, so equal IDs of two resources cannot wake the wrong pod.
 func (s *State) PodsHolding(res string, ids []string) []string {
 	held := s.held[res]
+	if len(held) == 0 {
+		return nil // a plugin's first list after a start: no need to look at its devices
+	}
 	want := sets.New[string]()
 	for _, id := range ids {
 		if held[id] > 0 {
