@@ -1,7 +1,9 @@
 package endpoint
 
 import (
+	"bytes"
 	"fmt"
+	"math"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -44,7 +46,27 @@ func FuzzListAndWatchDecode(f *testing.F) {
 	f.Add(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 7)))
 	f.Add(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xff, 0xfe})))
 	f.Add([]byte{0x0a, 0x80})
+	// Five devices with invalid UTF-8 in the fourth, then also in the second: the error must
+	// name the first one whichever half decodes it.
+	five := make([]*pluginapi.Device, 5)
+	for i := range five {
+		five[i] = &pluginapi.Device{ID: fmt.Sprintf("gpu-%d", i), Health: pluginapi.Healthy}
+	}
+	bad := listMessage(f, five...)
+	bad[bytes.Index(bad, []byte("gpu-3"))] = 0xff
+	f.Add(bad)
+	bad = bytes.Clone(bad)
+	bad[bytes.Index(bad, []byte("gpu-1"))] = 0xff
+	f.Add(bad)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// Decoded in two halves on two goroutines, any message of two devices or more gives
+		// what one pass gives, error included.
+		one, two := &pluginapi.ListAndWatchResponse{}, &pluginapi.ListAndWatchResponse{}
+		oneErr, twoErr := decodeDevices(b, one, math.MaxInt), decodeDevices(b, two, 2)
+		if fmt.Sprint(oneErr) != fmt.Sprint(twoErr) || oneErr == nil && !proto.Equal(one, two) {
+			t.Fatalf("one pass: %v, %v; two halves: %v, %v", one, oneErr, two, twoErr)
+		}
+
 		got, gotErr := fastOrSlow(b)
 		want := &pluginapi.ListAndWatchResponse{}
 		wantErr := proto.Unmarshal(b, want)
