@@ -20,13 +20,15 @@ import (
 // state publishes at every change (state.CapacityView), so a reader polling capacity never
 // makes a plugin's stream or an admission wait, nor waits for them.
 func (m *Manager) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
-	if view := m.st.CapacityView(); !view.Expired(m.cfg.Clock.Now(), m.cfg.GracePeriod) {
-		capacity, allocatable = make(v1.ResourceList, len(view)), make(v1.ResourceList, len(view))
-		for _, r := range view {
-			capacity[v1.ResourceName(r.Name)] = *resource.NewQuantity(r.Capacity, resource.DecimalSI)
-			allocatable[v1.ResourceName(r.Name)] = *resource.NewQuantity(r.Allocatable, resource.DecimalSI)
+	if !m.restoring.Load() { // the view is then the restored state's, or a later one
+		if view := m.st.CapacityView(); !view.Expired(m.cfg.Clock.Now(), m.cfg.GracePeriod) {
+			capacity, allocatable = make(v1.ResourceList, len(view)), make(v1.ResourceList, len(view))
+			for _, r := range view {
+				capacity[v1.ResourceName(r.Name)] = *resource.NewQuantity(r.Capacity, resource.DecimalSI)
+				allocatable[v1.ResourceName(r.Name)] = *resource.NewQuantity(r.Allocatable, resource.DecimalSI)
+			}
+			return capacity, allocatable, nil
 		}
-		return capacity, allocatable, nil
 	}
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()

@@ -135,38 +135,43 @@ func (m *Manager) precomputeCheckpoint() {
 	}
 }
 
-// restoreCheckpoint loads the assignments and registered resources from the checkpoint. Each
-// registered resource gets empty device sets and a stopped placeholder endpoint, so it reports
-// capacity 0 until its plugin registers again and is removed when the grace period ends.
+// readCheckpoint reads the checkpoint, whose assignments and registered resources the
+// returned function (for a caller holding mu) restores. Each registered resource gets empty
+// device sets and a stopped placeholder endpoint, so it reports capacity 0 until its plugin
+// registers again and is removed when the grace period ends.
 //
 // When the checkpoint is missing or unusable (corrupt, empty, a layout the policy does not
 // read) and the embedder handed over its own record of the assignments
-// (Sources.RecoveredAllocations), those are restored instead and written back as a valid
-// checkpoint, so no running container's devices go to another. A file that exists but cannot
-// be read (permissions, I/O, not a regular file) is an error: the caller refuses to start
-// rather than replace it.
-func (m *Manager) restoreCheckpoint() error {
+// (Sources.RecoveredAllocations), those are restored at once instead, and written back as a
+// valid checkpoint, so no running container's devices go to another; there is then no
+// function. A file that exists but cannot be read (permissions, I/O, not a regular file) is an
+// error: the caller refuses to start rather than replace it.
+func (m *Manager) readCheckpoint() (applyLocked func(), err error) {
 	data, entries, layout, err := m.store.ReadEntries()
 	switch {
 	case err == nil && layout == checkpoint.LayoutV1 && !m.cfg.Policy.ReadLegacyCheckpoint:
 		err = fmt.Errorf("checkpoint %s has the pre-1.20 layout, which the kubelet 1.36 does not read (Policy.ReadLegacyCheckpoint restores it)", m.store.Path())
 		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
-		return m.recoverAllocations("legacy layout not read")
+		return nil, m.recoverAllocations("legacy layout not read")
 	case err == nil:
+		return func() { m.applyCheckpointLocked(data, entries, layout) }, nil
 	case errors.Is(err, checkpoint.ErrNotFound):
 		m.log.Info("Checkpoint not found; starting with empty device state", "path", m.store.Path())
-		return m.recoverAllocations("checkpoint not found")
+		return nil, m.recoverAllocations("checkpoint not found")
 	case errors.Is(err, checkpoint.ErrCorrupt):
 		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
-		return m.recoverAllocations("checkpoint corrupt")
+		return nil, m.recoverAllocations("checkpoint corrupt")
 	case m.cfg.ContinueOnUnreadableCheckpoint:
 		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
-		return nil
+		return nil, nil
 	default:
-		return &UnreadableCheckpointError{Path: m.store.Path(), Err: err}
+		return nil, &UnreadableCheckpointError{Path: m.store.Path(), Err: err}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+}
+
+// applyCheckpointLocked restores the assignments and registered resources of a checkpoint
+// read with Store.ReadEntries. Callers hold mu.
+func (m *Manager) applyCheckpointLocked(data *checkpoint.Data, entries []*checkpoint.Entry, layout checkpoint.Layout) {
 	bad := m.st.RestoreRead(data, entries, m.cfg.Clock.Now())
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped checkpoint entry whose allocation response does not decode",
@@ -179,7 +184,6 @@ func (m *Manager) restoreCheckpoint() error {
 		log.Info("Restored device state from checkpoint", "path", m.store.Path(),
 			"layout", layout, "pods", len(m.st.PodUIDs()), "resources", len(data.RegisteredDevices))
 	}
-	return nil
 }
 
 // UnreadableCheckpointError is Start's error for a checkpoint file that exists but cannot be

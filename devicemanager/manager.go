@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -76,6 +77,9 @@ type Manager struct {
 	startedAt    time.Time                   // when Start ran: opens the unknown-resource window of DeferAdmission
 	sources      Sources
 	deviceChange chan struct{} // closed and replaced whenever endpoints or device sets change
+	// restoring is set while a goroutine started by Start restores the checkpoint, holding mu
+	// (restoreConcurrently).
+	restoring atomic.Bool
 
 	// replaced holds, per resource, the replaced instances whose streams stay open, oldest
 	// first (see connect). Guarded by mu.
@@ -106,6 +110,9 @@ type Manager struct {
 	wg       sync.WaitGroup
 	server   *grpc.Server
 
+	// testHookRestoring, when set by a test, runs on the goroutine that restores the
+	// checkpoint, holding mu, before it restores anything.
+	testHookRestoring func()
 	// testHookAfterDial, when set by a test, runs in connect between the plugin's dial and
 	// the swap of the resource's endpoint.
 	testHookAfterDial func()
@@ -158,6 +165,11 @@ func (m *Manager) CheckpointPath() string {
 // sockets, and serves Registration on a fresh kubelet.sock. Plugins detect the restart by
 // their socket's removal and kubelet.sock's creation, and register again.
 //
+// The checkpoint is read before Start cleans the directory; its assignments are restored on a
+// goroutine meanwhile, which may still run when Start returns. That goroutine holds the
+// manager's lock until it is done, so every method called afterwards, a plugin's Register
+// included, sees the restored state and never the state before it.
+//
 // A missing checkpoint is a clean start, and a corrupt one is logged (and quarantined unless
 // configured otherwise); in both cases the manager continues with the embedder's recovered
 // allocations, if any, else with empty state as the kubelet does. A checkpoint that exists but
@@ -187,15 +199,19 @@ func (m *Manager) Start(ctx context.Context, src Sources) error {
 	m.st.SetRunning(src.RunningContainers)
 	m.mu.Unlock()
 
-	if err := m.restoreCheckpoint(); err != nil {
+	apply, err := m.readCheckpoint()
+	if err != nil {
 		return err
 	}
+	restored := m.restoreConcurrently(apply)
 	if err := RemovePluginSockets(m.cfg.PluginDir); err != nil {
+		<-restored
 		return fmt.Errorf("cleaning up device plugin directory: %w", err)
 	}
 	_ = os.Remove(m.socketPath)
 	lis, err := net.Listen("unix", m.socketPath)
 	if err != nil {
+		<-restored
 		return fmt.Errorf("listening on %s: %w", m.socketPath, err)
 	}
 
@@ -237,6 +253,37 @@ func (m *Manager) Start(ctx context.Context, src Sources) error {
 	}
 	m.log.V(2).Info("Device manager started", "socket", m.socketPath)
 	return nil
+}
+
+// restoreConcurrently restores a checkpoint that was read (apply, from readCheckpoint; nil
+// restores nothing) on a goroutine, while Start cleans the directory and serves kubelet.sock.
+// It returns once that goroutine holds mu, which it keeps until the state is restored: whoever
+// takes mu next (a plugin's Register, an admission, Stop) sees the restored state, and
+// GetCapacity, which otherwise reads capacity without mu, takes mu until then. The returned
+// channel closes when the goroutine is done.
+func (m *Manager) restoreConcurrently(applyLocked func()) <-chan struct{} {
+	done := make(chan struct{})
+	if applyLocked == nil {
+		close(done)
+		return done
+	}
+	locked := make(chan struct{})
+	m.restoring.Store(true)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer close(done)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		close(locked)
+		if m.testHookRestoring != nil {
+			m.testHookRestoring()
+		}
+		applyLocked()
+		m.restoring.Store(false)
+	}()
+	<-locked
+	return done
 }
 
 // Stop disconnects every plugin (its devices become unhealthy and its endpoint stopped),

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -207,5 +209,70 @@ func TestRestartWritesTheSameCheckpoint(t *testing.T) {
 	}
 	if _, _, err := checkpoint.Decode(after); err != nil {
 		t.Fatalf("checkpoint after the restart: %v", err)
+	}
+}
+
+// TestCallsAfterStartSeeTheRestoredState: Start returns while the checkpoint it read is still
+// being restored; held there by a test hook, capacity, a restored pod's devices and a plugin's
+// Register all wait for the restore, and none sees the state before it.
+func TestCallsAfterStartSeeTheRestoredState(t *testing.T) {
+	dir := shortDir(t)
+	store, err := checkpoint.NewStore(checkpoint.StoreConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Write(&checkpoint.Data{
+		PodDeviceEntries: []checkpoint.PodDevicesEntry{{PodUID: "p1", ContainerName: "c", ResourceName: gpu,
+			DeviceIDs: checkpoint.DevicesPerNUMA{-1: {"g1"}}, AllocResp: []byte{}}},
+		RegisteredDevices: map[string][]string{gpu: {"g1", "g2"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{PluginDir: dir, Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))),
+		Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, restoring := make(chan struct{}), make(chan struct{})
+	m.testHookRestoring = func() {
+		close(restoring)
+		<-release
+	}
+	if err := m.Start(context.Background(), Sources{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop() })
+	<-restoring
+
+	seen := make(chan string, 2)
+	go func() {
+		c, a, _ := m.GetCapacity()
+		seen <- fmt.Sprintf("capacity %d allocatable %d", quantity(c, gpu), quantity(a, gpu))
+	}()
+	go func() { seen <- fmt.Sprintf("devices %v", m.GetDevices("p1", "c")[gpu]) }()
+	p, err := deviceplugin.New(deviceplugin.Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock",
+		Options: &pluginapi.DevicePluginOptions{}, Devices: devices(pluginapi.Healthy, "g1", "g2"),
+		Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- p.Start(context.Background()) }() // registers: waits for the restore
+	t.Cleanup(p.Stop)
+	close(release)
+	for _, want := range []map[string]bool{
+		{"capacity 0 allocatable 0": true, "capacity 2 allocatable 2": true, "devices map[g1:[]]": true},
+		{"capacity 0 allocatable 0": true, "capacity 2 allocatable 2": true, "devices map[g1:[]]": true},
+	} {
+		if got := <-seen; !want[got] {
+			t.Errorf("a call made during the restore saw %q, not the restored state", got)
+		}
+	}
+	if err := <-started; err != nil {
+		t.Fatalf("plugin Start: %v", err)
+	}
+	waitFor(t, m, "the plugin's devices", func() bool { return capacityIs(m, gpu, 2, 2) })
+	if got := fmt.Sprint(m.GetDevices("p1", "c")[gpu]); got != "map[g1:[]]" {
+		t.Errorf("after the plugin registered, the restored pod holds %s, want map[g1:[]]", got)
 	}
 }
