@@ -59,7 +59,7 @@ func (s *State) Commit(podUID, container, res string, ids sets.Set[string], devs
 // checkpoint write failed).
 func (s *State) Uncommit(podUID, container string, resources []string) {
 	for _, res := range resources {
-		s.drop(podUID, container, res)
+		s.drop(podUID, container, res, false)
 	}
 }
 
@@ -123,13 +123,17 @@ func (s *State) RemoveInactive(active sets.Set[string]) []string {
 		}
 	}
 	sort.Strings(removed)
+	gone := map[*checkpoint.Entry]bool{}
 	for _, uid := range removed {
 		for container, resources := range s.pods[uid] {
 			for res := range resources {
-				s.drop(uid, container, res)
+				if e := s.drop(uid, container, res, true); e != nil {
+					gone[e] = true
+				}
 			}
 		}
 	}
+	s.order.removeAll(gone)
 	return removed
 }
 

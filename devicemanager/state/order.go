@@ -1,57 +1,40 @@
 package state
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
-// entryOrder is every checkpoint entry of the state, sorted by pod UID, container and
-// resource: the order of the checkpoint file. It is kept up to date entry by entry, so a
-// snapshot costs a copy of the list instead of a sort of every pod.
+// entryOrder is every checkpoint entry of the state, in the order of the checkpoint file: the
+// order the assignments were recorded in, those restored from a file first, in the file's
+// order. A new assignment goes last and a released one leaves its place, so that a write
+// rewrites the file only from the first entry that changed (see checkpoint.Store): on a node
+// where short-lived pods come and go beside long-running ones, that is the file's tail,
+// whatever the pods' UIDs. It is kept up to date entry by entry, so a snapshot costs a copy
+// of the list.
 type entryOrder []*checkpoint.Entry
 
-func compareEntries(a, b *checkpoint.Entry) int {
-	if c := cmp.Compare(a.PodUID, b.PodUID); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.ContainerName, b.ContainerName); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.ResourceName, b.ResourceName)
-}
+// add appends e.
+func (o *entryOrder) add(e *checkpoint.Entry) { *o = append(*o, e) }
 
-// insert adds e, replacing the entry of the same container and resource if there is one.
-func (o *entryOrder) insert(e *checkpoint.Entry) {
-	i, found := slices.BinarySearchFunc(*o, e, compareEntries)
-	if found {
-		(*o)[i] = e
-		return
-	}
-	*o = slices.Insert(*o, i, e)
-}
-
-// remove drops e, if it is there.
+// remove drops e, if it is there. It looks from the end, where entries come and go most.
 func (o *entryOrder) remove(e *checkpoint.Entry) {
-	if i, found := slices.BinarySearchFunc(*o, e, compareEntries); found && (*o)[i] == e {
-		*o = slices.Delete(*o, i, i+1)
-	}
-}
-
-// rebuild sorts the entries of every recorded allocation afresh.
-func (o *entryOrder) rebuild(p podDevices) {
-	out := (*o)[:0]
-	for _, containers := range p {
-		for _, resources := range containers {
-			for _, a := range resources {
-				if a.entry != nil {
-					out = append(out, a.entry)
-				}
-			}
+	for i := len(*o) - 1; i >= 0; i-- {
+		if (*o)[i] == e {
+			*o = slices.Delete(*o, i, i+1)
+			return
 		}
 	}
-	slices.SortFunc(out, compareEntries)
-	clear(out[len(out):cap(out)])
-	*o = out
+}
+
+// removeAll drops every entry in gone: a few one by one, more in one pass over the order.
+func (o *entryOrder) removeAll(gone map[*checkpoint.Entry]bool) {
+	if len(gone) <= 4 {
+		for e := range gone {
+			o.remove(e)
+		}
+		return
+	}
+	*o = slices.DeleteFunc(*o, func(e *checkpoint.Entry) bool { return gone[e] })
 }

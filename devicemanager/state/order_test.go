@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,14 +15,13 @@ import (
 )
 
 // referenceSnapshot computes what Snapshot must return from scratch: every recorded
-// allocation in pod, container and resource order, and each listed resource's healthy
-// devices sorted.
-func referenceSnapshot(s *State) *checkpoint.Data {
+// allocation in the order of the steps that committed them (committedAt, by pod, container
+// and resource), and each listed resource's healthy devices sorted.
+func referenceSnapshot(s *State, committedAt map[[3]string]int) *checkpoint.Data {
 	d := &checkpoint.Data{RegisteredDevices: map[string][]string{}}
-	for _, pod := range SortedKeys(s.pods) {
-		for _, ctr := range SortedKeys(s.pods[pod]) {
-			for _, res := range SortedKeys(s.pods[pod][ctr]) {
-				a := s.pods[pod][ctr][res]
+	for pod, ctrs := range s.pods {
+		for ctr, ress := range ctrs {
+			for res, a := range ress {
 				if a.raw == nil {
 					continue
 				}
@@ -30,6 +30,10 @@ func referenceSnapshot(s *State) *checkpoint.Data {
 			}
 		}
 	}
+	slices.SortFunc(d.PodDeviceEntries, func(a, b checkpoint.PodDevicesEntry) int {
+		return committedAt[[3]string{a.PodUID, a.ContainerName, a.ResourceName}] -
+			committedAt[[3]string{b.PodUID, b.ContainerName, b.ResourceName}]
+	})
 	for name, r := range s.resources {
 		if r.hasSets() {
 			d.RegisteredDevices[name] = sets.List(r.healthy)
@@ -40,7 +44,8 @@ func referenceSnapshot(s *State) *checkpoint.Data {
 
 // TestSnapshotKeepsFileOrder applies random selections, releases, commits, replacements,
 // uncommits, garbage collections, restores and health changes, and compares every snapshot
-// and every Available set, which are kept between calls, with ones computed from scratch.
+// and every Available set, which are kept between calls, with ones computed from scratch:
+// the entries in the order they were committed, whatever their pods and containers.
 func TestSnapshotKeepsFileOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := New(Options{})
@@ -55,6 +60,7 @@ func TestSnapshotKeepsFileOrder(t *testing.T) {
 	}
 	pod := func() string { return fmt.Sprintf("pod-%02d", rng.IntN(12)) }
 	ctr := func() string { return fmt.Sprintf("c%d", rng.IntN(3)) }
+	committedAt := map[[3]string]int{}
 	for step := range 2000 {
 		res := resources[rng.IntN(len(resources))]
 		switch op := rng.IntN(10); {
@@ -64,7 +70,9 @@ func TestSnapshotKeepsFileOrder(t *testing.T) {
 			if rng.IntN(8) == 0 {
 				resp = nil // not checkpointed
 			}
-			s.Commit(pod(), ctr(), res, sets.New(id), checkpoint.DevicesPerNUMA{NoTopology: {id}}, resp)
+			p, c := pod(), ctr()
+			s.Commit(p, c, res, sets.New(id), checkpoint.DevicesPerNUMA{NoTopology: {id}}, resp)
+			committedAt[[3]string{p, c, res}] = step
 		case op < 6:
 			s.Uncommit(pod(), ctr(), []string{res})
 		case op == 6:
@@ -83,6 +91,7 @@ func TestSnapshotKeepsFileOrder(t *testing.T) {
 				t.Fatalf("step %d: picked devices %v not listed", step, ids)
 			}
 			s.Commit(p, c, res, ids, devs, &pluginapi.ContainerAllocateResponse{})
+			committedAt[[3]string{p, c, res}] = step
 		case op == 7:
 			active := sets.New[string]()
 			for range 8 {
@@ -121,7 +130,7 @@ func TestSnapshotKeepsFileOrder(t *testing.T) {
 				t.Fatalf("step %d: Available(%s) = %v, want %v", step, r, sets.List(got), sets.List(want))
 			}
 		}
-		got, want := s.Snapshot(), referenceSnapshot(s)
+		got, want := s.Snapshot(), referenceSnapshot(s, committedAt)
 		if !reflect.DeepEqual(got.PodDeviceEntries, want.PodDeviceEntries) {
 			t.Fatalf("step %d: entries\n got %v\nwant %v", step, got.PodDeviceEntries, want.PodDeviceEntries)
 		}

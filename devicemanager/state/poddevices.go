@@ -140,7 +140,7 @@ func (s *State) put(podUID, container, res string, a *Allocation) {
 	}
 	s.record(podUID, container, res, a)
 	if a.entry != nil {
-		s.order.insert(a.entry)
+		s.order.add(a.entry)
 	}
 }
 
@@ -160,14 +160,16 @@ func (s *State) record(podUID, container, res string, a *Allocation) {
 	s.hold(res, a, 1)
 }
 
-// drop removes the container's allocation of the resource, if any.
-func (s *State) drop(podUID, container, res string) {
+// drop removes the container's allocation of the resource, if any, and returns its checkpoint
+// entry (nil if none). Unless keepOrder, the entry leaves the checkpoint order too; a caller
+// dropping many removes them from the order at once.
+func (s *State) drop(podUID, container, res string, keepOrder bool) *checkpoint.Entry {
 	a := s.pods[podUID][container][res]
 	if a == nil {
-		return
+		return nil
 	}
 	s.hold(res, a, -1)
-	if a.entry != nil {
+	if a.entry != nil && !keepOrder {
 		s.order.remove(a.entry)
 	}
 	delete(s.pods[podUID][container], res)
@@ -177,6 +179,7 @@ func (s *State) drop(podUID, container, res string) {
 	if len(s.pods[podUID]) == 0 {
 		delete(s.pods, podUID)
 	}
+	return a.entry
 }
 
 // HasPod reports whether the pod holds any allocation.

@@ -9,8 +9,9 @@ import (
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
-// Snapshot returns the checkpoint data of the current state: every assignment, sorted by pod
-// UID, container and resource, and the healthy devices of every resource with a device list.
+// Snapshot returns the checkpoint data of the current state: every assignment, in the order
+// they were recorded (see entryOrder), and the healthy devices of every resource with a
+// device list, sorted.
 // Entries whose response is missing or cannot be marshalled are left out, as the kubelet does.
 // It is Prepared().Data().
 func (s *State) Snapshot() *checkpoint.Data { return s.Prepared().Data() }
@@ -99,7 +100,7 @@ func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []
 // restoreAssignments is RestoreAssignments, keeping kept[i] as the checkpoint entry of
 // entries[i] where it is written the same way as the state's own would be; kept may be nil.
 func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []*checkpoint.Entry) (bad []checkpoint.PodDevicesEntry) {
-	s.pods, s.held, s.order = make(podDevices, len(entries)), map[string]map[string]int{}, nil
+	s.pods, s.held, s.order = make(podDevices, len(entries)), map[string]map[string]int{}, make(entryOrder, 0, len(entries))
 	for _, r := range s.resources {
 		r.free = nil
 	}
@@ -107,20 +108,16 @@ func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []
 	for res, n := range namedDevices(entries) {
 		s.held[res] = make(map[string]int, n)
 	}
-	// The file's order is the state's when its entries are strictly sorted (kdm writes them so):
-	// then each is recorded once, in order, and no sort is needed.
-	recorded, sorted := make(entryOrder, 0, len(entries)), true
+	// The file's order is the state's: each entry is recorded in turn, and of two entries for
+	// one container and resource the later replaces the earlier, in its own place.
+	var replaced map[*checkpoint.Entry]bool
 	defer func() {
 		for res, counts := range s.held {
 			if len(counts) == 0 {
 				delete(s.held, res) // as hold leaves it: no entry for a resource nothing holds
 			}
 		}
-		if sorted {
-			s.order = recorded
-		} else {
-			s.order.rebuild(s.pods)
-		}
+		s.order.removeAll(replaced)
 	}()
 	for i := range entries {
 		e := &entries[i]
@@ -145,11 +142,16 @@ func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []
 			}
 			a = newAllocation(devs, nil, raw)
 		}
-		s.record(e.PodUID, e.ContainerName, e.ResourceName, a)
-		if n := len(recorded); a.entry == nil || n > 0 && compareEntries(recorded[n-1], a.entry) >= 0 {
-			sorted = false
+		if old := s.pods[e.PodUID][e.ContainerName][e.ResourceName]; old != nil && old.entry != nil {
+			if replaced == nil {
+				replaced = map[*checkpoint.Entry]bool{}
+			}
+			replaced[old.entry] = true
 		}
-		recorded = append(recorded, a.entry)
+		s.record(e.PodUID, e.ContainerName, e.ResourceName, a)
+		if a.entry != nil {
+			s.order.add(a.entry)
+		}
 	}
 	return bad
 }

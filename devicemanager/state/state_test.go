@@ -536,11 +536,9 @@ func TestRestoreReadKeepsEntries(t *testing.T) {
 	}
 }
 
-// TestRestoreOrdersEntries: whatever the order of a checkpoint's entries, the restored state
-// writes them sorted by pod, container and resource, one per container and resource (of two
-// entries for one, the later is restored), and skipped entries are left out; that holds
-// both for a file already sorted, whose order the restore takes as it is, and for one that
-// is not.
+// TestRestoreOrdersEntries: the restored state writes a checkpoint's entries in the file's
+// order, whatever it is, one per container and resource (of two entries for one, the later is
+// restored, in its own place), and skipped entries are left out.
 func TestRestoreOrdersEntries(t *testing.T) {
 	entry := func(pod, res, dev string, resp []byte) checkpoint.PodDevicesEntry {
 		return checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: "c", ResourceName: res,
@@ -557,11 +555,13 @@ func TestRestoreOrdersEntries(t *testing.T) {
 		{"sorted, one skipped", []checkpoint.PodDevicesEntry{entry("a", "r1", "d0", ok), entry("a", "r2", "d1", bad), entry("b", "r1", "d2", ok)},
 			"a/r1/d0 b/r1/d2"},
 		{"unsorted", []checkpoint.PodDevicesEntry{entry("b", "r1", "d2", ok), entry("a", "r2", "d1", ok), entry("a", "r1", "d0", ok)},
-			"a/r1/d0 a/r2/d1 b/r1/d2"},
+			"b/r1/d2 a/r2/d1 a/r1/d0"},
 		{"one container and resource twice, in a row", []checkpoint.PodDevicesEntry{entry("a", "r1", "d0", ok), entry("a", "r1", "d9", ok), entry("b", "r1", "d2", ok)},
 			"a/r1/d9 b/r1/d2"},
 		{"one container and resource twice, apart", []checkpoint.PodDevicesEntry{entry("a", "r1", "d0", ok), entry("b", "r1", "d2", ok), entry("a", "r1", "d9", ok)},
-			"a/r1/d9 b/r1/d2"},
+			"b/r1/d2 a/r1/d9"},
+		{"twice, apart, the second skipped", []checkpoint.PodDevicesEntry{entry("a", "r1", "d0", ok), entry("b", "r1", "d2", ok), entry("a", "r1", "d9", bad)},
+			"a/r1/d0 b/r1/d2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := &checkpoint.Data{PodDeviceEntries: tc.entries}
