@@ -2,6 +2,7 @@ package upstreambench
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -62,8 +63,13 @@ func allocate(r *pluginapi.AllocateRequest, _ map[string]*pluginapi.Device) (*pl
 	return resp, nil
 }
 
-// podUID is the i-th pod's UID.
-func podUID(i int) string { return fmt.Sprintf("6f1c2b7e-3a41-4c1e-9d7a-%012d", i) }
+// podUID is the i-th pod's UID: a version 4 UUID, as the API server gives pods, drawn from a
+// generator seeded with i. UIDs do not sort in the order pods arrive.
+func podUID(i int) string {
+	r := rand.New(rand.NewPCG(uint64(i), 0x6f1c2b7e))
+	a, b := r.Uint64(), r.Uint64()
+	return fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", a>>32, a>>16&0xffff, a&0xfff, 0x8000|b>>48&0x3fff, b&0xffffffffffff)
+}
 
 // newPod is a pod whose one container asks for devices devices of resourceName.
 func newPod(i, devices int) *v1.Pod {
