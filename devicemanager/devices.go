@@ -34,9 +34,8 @@ func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs [
 		m.log.V(4).Info("Ignored device list from a replaced plugin instance", "resourceName", resource)
 		return
 	}
-	changed := m.st.ApplyDeviceList(resource, devs)
+	uids := m.st.ApplyDeviceListForPods(resource, devs)
 	m.checkRecoveredLocked(resource)
-	uids := m.st.PodsHolding(resource, changed)
 	m.mu.Unlock()
 
 	m.notify(resource, uids)

@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/checkpoint"
 )
 
 // listModel is the device-list semantics written plainly, keeping every listed device as
@@ -322,4 +324,37 @@ func TestRegisteredNotSortedAgain(t *testing.T) {
 	if got, want := s.Snapshot().RegisteredDevices["r"], sets.List(s.Healthy("r")); !slices.Equal(got, want) || len(got) != 100 {
 		t.Errorf("after flipping back: registered %d devices, want the 100 sorted", len(got))
 	}
+}
+
+// TestApplyDeviceListForPods: the pods it returns are PodsHolding of the IDs ApplyDeviceList
+// reports, on random lists with and without pods holding devices, on both rebuild paths.
+func TestApplyDeviceListForPods(t *testing.T) {
+	rebuildPaths(t, func(t *testing.T) {
+		for seed := uint64(1); seed <= 200; seed++ {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			a, b := New(Options{}), New(Options{})
+			for _, s := range []*State{a, b} {
+				s.Connect("r")
+			}
+			for step := 0; step < 20; step++ {
+				if step > 0 && rng.IntN(3) == 0 {
+					// A pod takes a listed device, in both states.
+					pod, id := fmt.Sprintf("p%d", rng.IntN(3)), string(rune('a'+rng.IntN(6)))
+					if a.IsListed("r", id) {
+						for _, s := range []*State{a, b} {
+							s.Commit(pod, "c", "r", sets.New(id), checkpoint.DevicesPerNUMA{NoTopology: {id}}, &pluginapi.ContainerAllocateResponse{})
+						}
+					}
+				}
+				devs := randomList(rng)
+				want := a.PodsHolding("r", a.ApplyDeviceList("r", devs))
+				if got := b.ApplyDeviceListForPods("r", devs); !slices.Equal(got, want) {
+					t.Fatalf("seed %d step %d: pods %v, want %v", seed, step, got, want)
+				}
+				if !a.Healthy("r").Equal(b.Healthy("r")) || !a.Unhealthy("r").Equal(b.Unhealthy("r")) {
+					t.Fatalf("seed %d step %d: the two states differ", seed, step)
+				}
+			}
+		}
+	})
 }

@@ -12,14 +12,15 @@ import (
 // or changed health. The maps are sized from devs up front and every ID is copied into one
 // string, so the resource keeps no part of the message. A long list whose IDs are distinct
 // (rebuildConcurrently) is built on two goroutines; others in one pass (rebuildInOrder).
-func (r *resource) rebuild(devs []*pluginapi.Device) []string {
+// Unless collect, it returns no IDs and does not look for them.
+func (r *resource) rebuild(devs []*pluginapi.Device, collect bool) []string {
 	ids := copyIDs(devs)
 	if len(devs) >= concurrentRebuildMin {
-		if changed, ok := r.rebuildConcurrently(devs, ids); ok {
+		if changed, ok := r.rebuildConcurrently(devs, ids, collect); ok {
 			return changed
 		}
 	}
-	return r.rebuildInOrder(devs, ids)
+	return r.rebuildInOrder(devs, ids, collect)
 }
 
 // concurrentRebuildMin is the list length from which rebuild tries rebuildConcurrently. A
@@ -60,9 +61,9 @@ func (ids listIDs) each(devs []*pluginapi.Device, f func(i int, d *pluginapi.Dev
 }
 
 // changedSince returns a list for the IDs changed since old, sized for all of them when old
-// lists nothing.
-func changedSince(old *deviceTable, n int) []string {
-	if old == nil || len(old.byID) == 0 {
+// lists nothing; none unless collect.
+func changedSince(old *deviceTable, n int, collect bool) []string {
+	if collect && (old == nil || len(old.byID) == 0) {
 		return make([]string, 0, n)
 	}
 	return nil
@@ -73,7 +74,7 @@ func changedSince(old *deviceTable, n int) []string {
 // goroutine while this one builds the table, where a repeated ID shows. It reports false,
 // having changed nothing, when one does. The second goroutine also keeps the healthy IDs in
 // the list's order, which the checkpoint's registered list is sorted from.
-func (r *resource) rebuildConcurrently(devs []*pluginapi.Device, ids listIDs) ([]string, bool) {
+func (r *resource) rebuildConcurrently(devs []*pluginapi.Device, ids listIDs, collect bool) ([]string, bool) {
 	var healthy, unhealthy sets.Set[string]
 	var inList []string
 	done := make(chan struct{})
@@ -93,7 +94,7 @@ func (r *resource) rebuildConcurrently(devs []*pluginapi.Device, ids listIDs) ([
 	}()
 	old, l := r.devs, newDeviceTable(len(devs))
 	topo := topologyInterner{l: l}
-	changed := changedSince(old, len(devs))
+	changed := changedSince(old, len(devs), collect)
 	repeated := false
 	ids.each(devs, func(i int, d *pluginapi.Device, id string) {
 		if repeated {
@@ -102,6 +103,9 @@ func (r *resource) rebuildConcurrently(devs []*pluginapi.Device, ids listIDs) ([
 		info := deviceInfo{index: uint32(i)}.withTopology(topo.intern(d.Topology))
 		l.byID[id] = l.setHealth(id, info, d.Health)
 		if repeated = len(l.byID) == i; repeated {
+			return
+		}
+		if !collect {
 			return
 		}
 		if prev, ok := old.lookup(id); !ok || prev.Health != d.Health {
@@ -121,12 +125,12 @@ func (r *resource) rebuildConcurrently(devs []*pluginapi.Device, ids listIDs) ([
 // rebuildInOrder is rebuild in one pass: for short lists, and for lists that name an ID more
 // than once, where the last entry gives the ID's listed health and topology and an unhealthy
 // entry wins its set.
-func (r *resource) rebuildInOrder(devs []*pluginapi.Device, ids listIDs) []string {
+func (r *resource) rebuildInOrder(devs []*pluginapi.Device, ids listIDs, collect bool) []string {
 	old, l := r.devs, newDeviceTable(len(devs))
 	topo := topologyInterner{l: l}
 	healthy := make(sets.Set[string], ids.nHealthy)
 	unhealthy := make(sets.Set[string], len(devs)-ids.nHealthy)
-	changed := changedSince(old, len(devs))
+	changed := changedSince(old, len(devs), collect)
 	repeats := false
 	ids.each(devs, func(_ int, d *pluginapi.Device, key string) {
 		// The sets tell a repeated ID, without a lookup in the table: unhealthy wins.
@@ -154,6 +158,9 @@ func (r *resource) rebuildInOrder(devs []*pluginapi.Device, ids listIDs) []strin
 		}
 		info := deviceInfo{index: uint32(len(l.byID))}.withTopology(topo.intern(d.Topology))
 		l.byID[key] = l.setHealth(key, info, d.Health)
+		if !collect {
+			return
+		}
 		if prev, ok := old.lookup(key); !ok || prev.Health != d.Health {
 			changed = append(changed, key)
 		}
@@ -191,7 +198,7 @@ func (r *resource) updateInPlace(devs []*pluginapi.Device) ([]string, bool) {
 	if repeated {
 		// Same length and every ID current: a repeated ID means another is missing.
 		r.devs = nil
-		r.rebuild(devs)
+		r.rebuild(devs, true)
 		ids := make([]string, 0, len(r.devs.byID))
 		for id := range r.devs.byID {
 			ids = append(ids, id)

@@ -151,6 +151,23 @@ func (s *State) AddRestored(res string, now time.Time) {
 // caller may reuse or drop the message. The caller makes sure devs come from the current
 // instance.
 func (s *State) ApplyDeviceList(res string, devs []*pluginapi.Device) []string {
+	return s.applyDeviceList(res, devs, true)
+}
+
+// ApplyDeviceListForPods is ApplyDeviceList returning, instead of the IDs that are new or
+// changed health, the UIDs of the pods holding any of them (PodsHolding). When no pod holds a
+// device of the resource, as at a plugin's first list after a start, the IDs are not
+// collected: a list of a million devices does not make a list of a million changes.
+func (s *State) ApplyDeviceListForPods(res string, devs []*pluginapi.Device) []string {
+	collect := len(s.held[res]) > 0
+	changed := s.applyDeviceList(res, devs, collect)
+	if !collect {
+		return nil
+	}
+	return s.PodsHolding(res, changed)
+}
+
+func (s *State) applyDeviceList(res string, devs []*pluginapi.Device, collect bool) []string {
 	defer s.publishCapacity()
 	r := s.resources[res]
 	if r == nil {
@@ -162,7 +179,7 @@ func (s *State) ApplyDeviceList(res string, devs []*pluginapi.Device) []string {
 	if changed, ok := r.updateInPlace(devs); ok {
 		return changed
 	}
-	return r.rebuild(devs)
+	return r.rebuild(devs, collect)
 }
 
 // gracePeriodExpired reports whether the resource's plugin has been away for more than grace
