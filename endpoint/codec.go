@@ -3,6 +3,7 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/encoding"
@@ -35,13 +36,23 @@ func (c listAndWatchCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.proto.Unmarshal(data, v)
 	}
-	b := data.Materialize()
-	err := decodeListAndWatch(b, resp)
+	err := decodeListAndWatch(copyString(data), resp)
 	if errors.Is(err, errSlowPath) {
 		resp.Reset()
-		return c.proto.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, v)
+		return c.proto.Unmarshal(data, v)
 	}
 	return err
+}
+
+// copyString copies the message's buffers into one string, which its devices' strings are
+// cut from.
+func copyString(data mem.BufferSlice) string {
+	var b strings.Builder
+	b.Grow(data.Len())
+	for _, buf := range data {
+		b.Write(buf.ReadOnlyData())
+	}
+	return b.String()
 }
 
 // errSlowPath asks for the standard decoder.
@@ -50,7 +61,7 @@ var errSlowPath = errors.New("message needs the standard decoder")
 // decodeListAndWatch decodes b into resp (which must be empty). It returns errSlowPath for
 // anything beyond the fields kdm knows, and an error for malformed input or invalid UTF-8
 // (proto3 strings must be valid UTF-8, and protobuf-go rejects them too).
-func decodeListAndWatch(b []byte, resp *pluginapi.ListAndWatchResponse) error {
+func decodeListAndWatch(b string, resp *pluginapi.ListAndWatchResponse) error {
 	return decodeDevices(b, resp, concurrentDecodeMin)
 }
 
@@ -61,7 +72,7 @@ const concurrentDecodeMin = 1 << 14
 // decodeDevices is decodeListAndWatch, decoding the second half of a message of splitAt
 // devices or more on a second goroutine. The result and the error are the same either way:
 // the error is the first device's in the message's order.
-func decodeDevices(b []byte, resp *pluginapi.ListAndWatchResponse, splitAt int) error {
+func decodeDevices(b string, resp *pluginapi.ListAndWatchResponse, splitAt int) error {
 	n, err := countDevices(b)
 	if err != nil {
 		return err
@@ -69,7 +80,7 @@ func decodeDevices(b []byte, resp *pluginapi.ListAndWatchResponse, splitAt int) 
 	if n == 0 {
 		return nil
 	}
-	d := deviceDecoder{msg: b, backing: string(b), devs: make([]pluginapi.Device, n), ptrs: make([]*pluginapi.Device, n)}
+	d := deviceDecoder{msg: b, devs: make([]pluginapi.Device, n), ptrs: make([]*pluginapi.Device, n)}
 	if n < max(splitAt, 2) {
 		err = d.decode(0, len(b), 0)
 	} else {
@@ -95,24 +106,23 @@ func decodeDevices(b []byte, resp *pluginapi.ListAndWatchResponse, splitAt int) 
 }
 
 // deviceDecoder decodes the devices of one message, whose layout countDevices validated,
-// into one slab (devs), with every string cut from one copy of the message (backing).
-// Goroutines may decode disjoint ranges of it at once.
+// into one slab (devs), with every string cut from the message. Goroutines may decode
+// disjoint ranges of it at once.
 type deviceDecoder struct {
-	msg     []byte
-	backing string
-	devs    []pluginapi.Device
-	ptrs    []*pluginapi.Device
+	msg  string
+	devs []pluginapi.Device
+	ptrs []*pluginapi.Device
 }
 
 // decode decodes the devices in msg[from:to], the first of which is device first.
 func (d *deviceDecoder) decode(from, to, first int) error {
 	i := first
 	for off := from; off < to; i++ {
-		_, _, tagLen := protowire.ConsumeTag(d.msg[off:])
+		_, _, tagLen := consumeTag(d.msg[off:])
 		off += tagLen
-		v, l := protowire.ConsumeBytes(d.msg[off:])
+		v, l := consumeBytes(d.msg[off:])
 		dev := &d.devs[i]
-		if err := decodeDevice(v, off+l-len(v), d.backing, dev); err != nil {
+		if err := decodeDevice(v, dev); err != nil {
 			if errors.Is(err, errSlowPath) {
 				return errSlowPath
 			}
@@ -125,11 +135,11 @@ func (d *deviceDecoder) decode(from, to, first int) error {
 }
 
 // deviceOffset returns the offset in b of device k, in a message countDevices validated.
-func deviceOffset(b []byte, k int) int {
+func deviceOffset(b string, k int) int {
 	off := 0
 	for range k {
-		_, _, tagLen := protowire.ConsumeTag(b[off:])
-		_, l := protowire.ConsumeBytes(b[off+tagLen:])
+		_, _, tagLen := consumeTag(b[off:])
+		_, l := consumeBytes(b[off+tagLen:])
 		off += tagLen + l
 	}
 	return off
@@ -137,17 +147,17 @@ func deviceOffset(b []byte, k int) int {
 
 // countDevices checks that every top-level field is field 1 (devices) with length-delimited
 // wire type, and counts them.
-func countDevices(b []byte) (int, error) {
+func countDevices(b string) (int, error) {
 	n := 0
 	for len(b) > 0 {
-		num, typ, tagLen := protowire.ConsumeTag(b)
+		num, typ, tagLen := consumeTag(b)
 		if tagLen < 0 {
 			return 0, protowire.ParseError(tagLen)
 		}
 		if num != 1 || typ != protowire.BytesType {
 			return 0, errSlowPath
 		}
-		_, l := protowire.ConsumeBytes(b[tagLen:])
+		_, l := consumeBytes(b[tagLen:])
 		if l < 0 {
 			return 0, protowire.ParseError(l)
 		}
@@ -157,34 +167,30 @@ func countDevices(b []byte) (int, error) {
 	return n, nil
 }
 
-// decodeDevice decodes one Device from msg, which starts at offset base of backing.
-func decodeDevice(msg []byte, base int, backing string, d *pluginapi.Device) error {
-	off := 0
-	for off < len(msg) {
-		num, typ, tagLen := protowire.ConsumeTag(msg[off:])
+// decodeDevice decodes one Device from msg; its strings are cut from msg.
+func decodeDevice(msg string, d *pluginapi.Device) error {
+	for len(msg) > 0 {
+		num, typ, tagLen := consumeTag(msg)
 		if tagLen < 0 {
 			return protowire.ParseError(tagLen)
 		}
-		off += tagLen
 		if typ != protowire.BytesType || num < 1 || num > 3 {
 			return errSlowPath
 		}
-		v, l := protowire.ConsumeBytes(msg[off:])
+		v, l := consumeBytes(msg[tagLen:])
 		if l < 0 {
 			return protowire.ParseError(l)
 		}
-		start := base + off + l - len(v)
-		off += l
+		msg = msg[tagLen+l:]
 		switch num {
 		case 1, 2:
-			s := backing[start : start+len(v)]
-			if !utf8.ValidString(s) {
+			if !utf8.ValidString(v) {
 				return fmt.Errorf("string field %d is not valid UTF-8", num)
 			}
 			if num == 1 {
-				d.ID = s
+				d.ID = v
 			} else {
-				d.Health = internHealth(s)
+				d.Health = internHealth(v)
 			}
 		case 3:
 			if d.Topology == nil {
@@ -199,30 +205,30 @@ func decodeDevice(msg []byte, base int, backing string, d *pluginapi.Device) err
 }
 
 // decodeTopology merges a TopologyInfo into t, as proto does when the field repeats.
-func decodeTopology(msg []byte, t *pluginapi.TopologyInfo) error {
+func decodeTopology(msg string, t *pluginapi.TopologyInfo) error {
 	for len(msg) > 0 {
-		num, typ, tagLen := protowire.ConsumeTag(msg)
+		num, typ, tagLen := consumeTag(msg)
 		if tagLen < 0 {
 			return protowire.ParseError(tagLen)
 		}
 		if num != 1 || typ != protowire.BytesType {
 			return errSlowPath
 		}
-		v, l := protowire.ConsumeBytes(msg[tagLen:])
+		v, l := consumeBytes(msg[tagLen:])
 		if l < 0 {
 			return protowire.ParseError(l)
 		}
 		msg = msg[tagLen+l:]
 		node := &pluginapi.NUMANode{}
 		for len(v) > 0 {
-			fnum, ftyp, ftag := protowire.ConsumeTag(v)
+			fnum, ftyp, ftag := consumeTag(v)
 			if ftag < 0 {
 				return protowire.ParseError(ftag)
 			}
 			if fnum != 1 || ftyp != protowire.VarintType {
 				return errSlowPath
 			}
-			id, fl := protowire.ConsumeVarint(v[ftag:])
+			id, fl := consumeVarint(v[ftag:])
 			if fl < 0 {
 				return protowire.ParseError(fl)
 			}

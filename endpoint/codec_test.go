@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -23,7 +24,7 @@ func listMessage(t testing.TB, devs ...*pluginapi.Device) []byte {
 // fastOrSlow decodes like the codec: the fast path, or proto.Unmarshal when it declines.
 func fastOrSlow(b []byte) (*pluginapi.ListAndWatchResponse, error) {
 	resp := &pluginapi.ListAndWatchResponse{}
-	err := decodeListAndWatch(b, resp)
+	err := decodeListAndWatch(string(b), resp)
 	if err == errSlowPath {
 		resp = &pluginapi.ListAndWatchResponse{}
 		err = proto.Unmarshal(b, resp)
@@ -62,7 +63,7 @@ func FuzzListAndWatchDecode(f *testing.F) {
 		// Decoded in two halves on two goroutines, any message of two devices or more gives
 		// what one pass gives, error included.
 		one, two := &pluginapi.ListAndWatchResponse{}, &pluginapi.ListAndWatchResponse{}
-		oneErr, twoErr := decodeDevices(b, one, math.MaxInt), decodeDevices(b, two, 2)
+		oneErr, twoErr := decodeDevices(string(b), one, math.MaxInt), decodeDevices(string(b), two, 2)
 		if fmt.Sprint(oneErr) != fmt.Sprint(twoErr) || oneErr == nil && !proto.Equal(one, two) {
 			t.Fatalf("one pass: %v, %v; two halves: %v, %v", one, oneErr, two, twoErr)
 		}
@@ -87,7 +88,7 @@ func TestDecodeLargeList(t *testing.T) {
 	}
 	b := listMessage(t, devs...)
 	resp := &pluginapi.ListAndWatchResponse{}
-	if err := decodeListAndWatch(b, resp); err != nil {
+	if err := decodeListAndWatch(string(b), resp); err != nil {
 		t.Fatal(err)
 	}
 	if !proto.Equal(resp, &pluginapi.ListAndWatchResponse{Devices: devs}) {
@@ -104,7 +105,8 @@ func BenchmarkDecodeListAndWatch(b *testing.B) {
 	b.Run("codec/devices=1000", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			if err := decodeListAndWatch(msg, &pluginapi.ListAndWatchResponse{}); err != nil {
+			// The conversion is the codec's copy of the received buffers.
+			if err := decodeListAndWatch(string(msg), &pluginapi.ListAndWatchResponse{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -117,4 +119,50 @@ func BenchmarkDecodeListAndWatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// FuzzWirePrimitives: on any input the string primitives return what protowire's return.
+func FuzzWirePrimitives(f *testing.F) {
+	for _, b := range [][]byte{{}, {0x08}, {0x80}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}, {0x07}, {0xf8, 0xff, 0xff, 0xff, 0x0f}, {0x0a, 0x03, 'a', 'b'}} {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := string(b)
+		u, n := consumeVarint(s)
+		if wu, wn := protowire.ConsumeVarint(b); u != wu || n != wn {
+			t.Fatalf("consumeVarint(%x) = %d, %d; protowire: %d, %d", b, u, n, wu, wn)
+		}
+		num, typ, n := consumeTag(s)
+		wnum, wtyp, wn := protowire.ConsumeTag(b)
+		if num != wnum || typ != wtyp || n != wn {
+			t.Fatalf("consumeTag(%x) = %d, %d, %d; protowire: %d, %d, %d", b, num, typ, n, wnum, wtyp, wn)
+		}
+		v, n := consumeBytes(s)
+		wv, wn := protowire.ConsumeBytes(b)
+		if v != string(wv) || n != wn {
+			t.Fatalf("consumeBytes(%x) = %q, %d; protowire: %q, %d", b, v, n, wv, wn)
+		}
+	})
+}
+
+// TestCodecJoinsBuffers: a message that arrives in several buffers, split inside devices,
+// decodes as proto.Unmarshal decodes it whole.
+func TestCodecJoinsBuffers(t *testing.T) {
+	devs := make([]*pluginapi.Device, 300)
+	for i := range devs {
+		devs[i] = &pluginapi.Device{ID: fmt.Sprintf("gpu-%d", i), Health: pluginapi.Healthy}
+	}
+	b := listMessage(t, devs...)
+	var data mem.BufferSlice
+	for off := 0; off < len(b); off += 7 {
+		data = append(data, mem.SliceBuffer(b[off:min(off+7, len(b))]))
+	}
+	got := &pluginapi.ListAndWatchResponse{}
+	if err := newListAndWatchCodec().Unmarshal(data, got); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, &pluginapi.ListAndWatchResponse{Devices: devs}) {
+		t.Fatalf("a message in %d buffers did not decode intact", len(data))
+	}
 }
