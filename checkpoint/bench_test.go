@@ -152,9 +152,11 @@ func BenchmarkWrite(b *testing.B) {
 
 // BenchmarkWritePreparedArrival measures the durable WritePrepared of an Allocate on a node
 // of pods pods whose entries the writer keeps: per op the pod that arrived in the previous op
-// leaves and a new one arrives, at the end of the file (its UID sorts last), in the middle or
-// at the start. A write through the spare leaves in place the entries before the arrival
-// (see replaceViaSpare), so the three show what a write costs as the change moves forward.
+// leaves and a new one arrives, its entry at the end of the file (where the device manager
+// puts a new pod's), in the middle or at the start. A write through the spare leaves in place
+// the entries before the first change (see replaceViaSpare), so the three show what a write
+// costs as the change moves forward, as it does in the device manager's file when the pod
+// that leaves is an older one.
 func BenchmarkWritePreparedArrival(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		d := benchData(b, n)
