@@ -144,8 +144,9 @@ func (s *State) put(podUID, container, res string, a *Allocation) {
 	}
 }
 
-// record is put without keeping the checkpoint order, for callers that rebuild it. An
-// allocation that comes with its checkpoint entry (a restored one) keeps it.
+// record is put without touching the checkpoint order, for a caller that keeps the order
+// itself (a restore, which takes the file's). An allocation that comes with its checkpoint
+// entry (a restored one) keeps it.
 func (s *State) record(podUID, container, res string, a *Allocation) {
 	if old := s.pods[podUID][container][res]; old != nil {
 		s.hold(res, old, -1)
