@@ -207,6 +207,7 @@ func (m *Manager) collectInactivePods() bool {
 	}
 	m.mu.Lock()
 	removed := m.st.RemoveInactive(active)
+	m.notifySettledLocked()
 	m.mu.Unlock()
 	m.gc.Unlock()
 	if len(removed) == 0 {

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kdm-project/kdm/checkpoint"
-	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/endpoint"
 )
 
@@ -180,6 +179,7 @@ func (m *Manager) applyCheckpointLocked(data *checkpoint.Data, entries []*checkp
 	for _, res := range m.st.Listed() {
 		m.addPlaceholderLocked(res)
 	}
+	m.logContestsLocked()
 	if log := m.log.V(2); log.Enabled() { // counting the pods sorts their UIDs
 		log.Info("Restored device state from checkpoint", "path", m.store.Path(),
 			"layout", layout, "pods", len(m.st.PodUIDs()), "resources", len(data.RegisteredDevices))
@@ -222,24 +222,23 @@ func (m *Manager) addPlaceholderLocked(res string) {
 
 // recoverAllocations restores the embedder's record of the assignments (RecoveredAllocations)
 // in place of a checkpoint that is missing or unusable, and writes it back as a valid
-// checkpoint. A device claimed by two records is given to neither: both are logged and
-// dropped, since no record can be trusted over the other. Each restored resource is known
-// until its plugin registers, as if it came from the checkpoint.
+// checkpoint. A device that the records of several pods claim is contested (see Contest):
+// every record is restored whole, so the device stays assigned to each claimant, is given to
+// no other pod, and is written to the checkpoint under each of them, where the next start
+// finds the contest again. Each restored resource is known until its plugin registers, as if
+// it came from the checkpoint.
 func (m *Manager) recoverAllocations(why string) error {
 	if len(m.sources.RecoveredAllocations) == 0 {
 		return nil
 	}
-	entries, conflicts := state.DropConflictingEntries(m.sources.RecoveredAllocations)
-	for _, e := range conflicts {
-		m.log.Error(nil, "Dropped recovered assignment: a device in it is claimed by another record",
-			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)
-	}
+	entries := m.sources.RecoveredAllocations
 	m.mu.Lock()
 	bad := m.st.RestoreAssignments(entries)
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped recovered assignment whose allocation response does not decode",
 			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)
 	}
+	m.logContestsLocked()
 	pods := m.st.PodUIDs()
 	m.recovered = map[string]sets.Set[string]{}
 	for _, res := range m.st.AllocatedResources() {

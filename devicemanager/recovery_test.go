@@ -82,25 +82,6 @@ func TestRecoveryFromEmbedderRecords(t *testing.T) {
 	}
 }
 
-// TestRecoveryDropsConflictingRecords: two records claiming the same device are both dropped
-// (neither can be trusted), the others restored.
-func TestRecoveryDropsConflictingRecords(t *testing.T) {
-	entry := func(pod, id string) checkpoint.PodDevicesEntry {
-		return checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: "c", ResourceName: gpu,
-			DeviceIDs: checkpoint.DevicesPerNUMA{-1: {id}}, AllocResp: []byte{}}
-	}
-	dir := shortDir(t)
-	m := testManager(t, dir, Config{}, Sources{RecoveredAllocations: []checkpoint.PodDevicesEntry{
-		entry("a", "g1"), entry("b", "g1"), entry("c", "g2"),
-	}})
-	if len(m.GetDevices("a", "c")) != 0 || len(m.GetDevices("b", "c")) != 0 {
-		t.Fatalf("conflicting records restored: a=%v b=%v", m.GetDevices("a", "c"), m.GetDevices("b", "c"))
-	}
-	if _, ok := m.GetDevices("c", "c")[gpu]["g2"]; !ok {
-		t.Fatalf("record c not restored: %v", m.GetDevices("c", "c"))
-	}
-}
-
 // TestUnreadableCheckpointRefusesStart: a checkpoint that exists but cannot be read (here a
 // directory in its place; permissions in the end-to-end test) fails Start with a message naming
 // the file, and nothing is replaced. ContinueOnUnreadableCheckpoint restores the kubelet's way.

@@ -148,7 +148,8 @@ func (s *State) put(podUID, container, res string, a *Allocation) {
 // itself (a restore, which takes the file's). An allocation that comes with its checkpoint
 // entry (a restored one) keeps it.
 func (s *State) record(podUID, container, res string, a *Allocation) {
-	if old := s.pods[podUID][container][res]; old != nil {
+	old := s.pods[podUID][container][res]
+	if old != nil {
 		s.hold(res, old, -1)
 	}
 	if a.raw != nil && a.entry == nil {
@@ -159,6 +160,9 @@ func (s *State) record(podUID, container, res string, a *Allocation) {
 	}
 	s.pods.set(podUID, container, res, a)
 	s.hold(res, a, 1)
+	if old != nil && len(s.contested[res]) > 0 {
+		s.releaseClaims(podUID, res, old)
+	}
 }
 
 // drop removes the container's allocation of the resource, if any, and returns its checkpoint
@@ -179,6 +183,9 @@ func (s *State) drop(podUID, container, res string, keepOrder bool) *checkpoint.
 	}
 	if len(s.pods[podUID]) == 0 {
 		delete(s.pods, podUID)
+	}
+	if len(s.contested[res]) > 0 {
+		s.releaseClaims(podUID, res, a)
 	}
 	return a.entry
 }

@@ -92,7 +92,8 @@ func (s *State) RestoreRead(data *checkpoint.Data, entries []*checkpoint.Entry, 
 
 // RestoreAssignments replaces every assignment with the entries' (a checkpoint's, or the
 // owner's own record), and returns the entries it skipped because their AllocResp is not a
-// valid ContainerAllocateResponse. Reservations and device sets are untouched.
+// valid ContainerAllocateResponse. Reservations and device sets are untouched. Entries of
+// several pods naming one device are all restored, the device becoming contested (Contests).
 func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []checkpoint.PodDevicesEntry) {
 	return s.restoreAssignments(entries, nil)
 }
@@ -118,6 +119,8 @@ func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []
 			}
 		}
 		s.order.removeAll(replaced)
+		s.settled = nil
+		s.findContests()
 	}()
 	for i := range entries {
 		e := &entries[i]
@@ -183,10 +186,10 @@ func namedDevices(entries []checkpoint.PodDevicesEntry) map[string]int {
 }
 
 // DropConflictingEntries returns the entries of which no device is also named by an entry of
-// another pod for the same resource, and those that share a device across pods: of two
-// records that claim one device for two pods, neither can be trusted over the other. Entries
-// of one pod may share a device: a regular init container's devices are reused by the pod's
-// later containers.
+// another pod for the same resource, and those that share a device across pods. Entries of
+// one pod may share a device: a regular init container's devices are reused by the pod's
+// later containers. The device manager keeps conflicting entries instead (RestoreAssignments
+// makes their devices contested, see Contest), so that no claimed device is handed out.
 func DropConflictingEntries(in []checkpoint.PodDevicesEntry) (keep, conflicts []checkpoint.PodDevicesEntry) {
 	owners := map[string]map[string]sets.Set[string]{} // resource → device → pods naming it
 	ids := func(e checkpoint.PodDevicesEntry) sets.Set[string] {

@@ -67,6 +67,10 @@ type State struct {
 	pending map[string]sets.Set[string] // devices reserved by allocations in flight
 	reuse   map[string]map[string]sets.Set[string]
 	running sets.Set[ContainerKey]
+	// contested are the devices the assignments of more than one pod name (see Contest), and
+	// settled the pods whose contests ended since TakeSettled last took them.
+	contested contests
+	settled   sets.Set[string]
 	// capacity is the published CapacityView, the one field readers may use without the
 	// owner's lock.
 	capacity capacityCell
