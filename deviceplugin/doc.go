@@ -39,6 +39,12 @@
 //
 // Socket files are tracked by identity (inode): the plugin only re-creates a socket that is
 // gone and only deletes a file it created, never one another process put at the same path.
+// The one exception is at Start (and when our socket is re-created): a socket already at the
+// path is probed with a connect bounded by a second, and removed only when it refuses the
+// connection, i.e. when the process that made it has exited. A socket some process still
+// accepts on makes Start fail with ErrSocketInUse (two plugins cannot share a path: give
+// each its own SocketName), and a file that is not a socket, a symbolic link included, makes
+// it fail with ErrNotSocket; neither is touched.
 //
 // # Concurrency
 //

@@ -22,4 +22,11 @@ var (
 	// ErrStreamClosed is wrapped by Exited when the ExitOnStreamClose fault made the plugin
 	// stop itself.
 	ErrStreamClosed = errors.New("ListAndWatch stream closed by the manager")
+	// ErrSocketInUse is wrapped by Start when a process accepts connections on the socket
+	// path (another plugin, or a second copy of this one): the plugin refuses to start and
+	// leaves that socket alone.
+	ErrSocketInUse = errors.New("device plugin socket in use")
+	// ErrNotSocket is wrapped by Start when the socket path holds a file that is not a
+	// socket: the plugin never deletes such a file.
+	ErrNotSocket = errors.New("device plugin socket path holds another kind of file")
 )

@@ -14,8 +14,10 @@ import (
 )
 
 // Start brings the plugin up, in this order: create PluginDir (and WatcherDir) if missing;
-// watch PluginDir (and KubeletSocket's directory) for file events; remove a stale file at
-// SocketPath, listen and serve; in PluginWatcher mode, do the same for the registry socket;
+// watch PluginDir (and KubeletSocket's directory) for file events; remove a stale socket at
+// SocketPath (one that refuses connections; a live socket fails Start with ErrSocketInUse,
+// any other file with ErrNotSocket, and neither is touched), listen and serve; in
+// PluginWatcher mode, do the same for the registry socket;
 // in RegisterWithKubelet mode, make one Register call (bounded by ctx and RegisterTimeout).
 // The background work starts before that Register and runs until Stop:
 //   - when SocketPath is deleted (the manager's start-up cleanup), listen and serve it again,

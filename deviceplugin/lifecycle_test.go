@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,16 +80,101 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
-// TestStartRemovesStaleSocket: a leftover file at the socket path is replaced.
+// TestStartRemovesStaleSocket: a socket left behind by a process that has exited (it
+// refuses connections) is removed, and the plugin serves on the same path.
 func TestStartRemovesStaleSocket(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "gpu.sock")
-	if err := os.WriteFile(path, []byte("stale"), 0o600); err != nil {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
 		t.Fatal(err)
 	}
+	l.SetUnlinkOnClose(false)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the stale socket is gone before the test: %v", err)
+	}
 	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock", Registration: NoRegistration})
+	// The stale socket refused connections; an answer comes from the plugin's own.
 	if _, err := pluginClient(t, p.SocketPath()).GetDevicePluginOptions(waitCtx(t), &pluginapi.Empty{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStartRefusesLiveSocket: a second plugin (another resource) given the socket name of a
+// running one refuses to start, naming the path, and leaves the first one's socket in
+// place: it keeps answering new connections and its open stream.
+func TestStartRefusesLiveSocket(t *testing.T) {
+	dir := shortDir(t)
+	first := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock", Registration: NoRegistration,
+		Devices: devices(pluginapi.Healthy, "a")})
+	served, err := os.Lstat(first.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pluginClient(t, first.SocketPath()).ListAndWatch(waitCtx(t), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, s)
+
+	second := newPlugin(t, Config{ResourceName: "example.com/other", PluginDir: dir, SocketName: "gpu.sock", Registration: NoRegistration})
+	err = second.Start(context.Background())
+	if !errors.Is(err, ErrSocketInUse) || !strings.Contains(err.Error(), first.SocketPath()) {
+		t.Fatalf("second Start on a live socket = %v, want ErrSocketInUse naming %s", err, first.SocketPath())
+	}
+	second.Stop()
+	if now, err := os.Lstat(first.SocketPath()); err != nil || !os.SameFile(served, now) {
+		t.Fatalf("the live plugin's socket was removed or replaced (stat: %v)", err)
+	}
+	if _, err := pluginClient(t, first.SocketPath()).GetDevicePluginOptions(waitCtx(t), &pluginapi.Empty{}); err != nil {
+		t.Fatalf("the first plugin no longer answers on its socket: %v", err)
+	}
+	if err := first.SetHealth("a", pluginapi.Unhealthy); err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(t, s); len(got) != 1 || got[0] != "a=Unhealthy" {
+		t.Fatalf("the first plugin's stream after the refused start sent %v", got)
+	}
+}
+
+// TestStartKeepsOtherFiles: a regular file, a symbolic link (even to a stale socket) or a
+// directory at the socket path is never deleted; Start fails with ErrNotSocket.
+func TestStartKeepsOtherFiles(t *testing.T) {
+	for name, plant := range map[string]func(path string) error{
+		"regular file": func(path string) error { return os.WriteFile(path, []byte("keep me"), 0o600) },
+		"directory":    func(path string) error { return os.Mkdir(path, 0o700) },
+		"symlink": func(path string) error {
+			target := path + ".target"
+			l, err := net.ListenUnix("unix", &net.UnixAddr{Name: target, Net: "unix"})
+			if err != nil {
+				return err
+			}
+			l.SetUnlinkOnClose(false)
+			_ = l.Close()
+			return os.Symlink(target, path)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := shortDir(t)
+			path := filepath.Join(dir, "gpu.sock")
+			if err := plant(path); err != nil {
+				t.Fatal(err)
+			}
+			before, err := os.Lstat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock", Registration: NoRegistration})
+			if err := p.Start(context.Background()); !errors.Is(err, ErrNotSocket) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Start over a %s = %v, want ErrNotSocket naming %s", name, err, path)
+			}
+			if now, err := os.Lstat(path); err != nil || !os.SameFile(before, now) {
+				t.Fatalf("the %s at the socket path was removed or replaced (stat: %v)", name, err)
+			}
+		})
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"syscall"
+	"time"
 
 	"google.golang.org/grpc"
 )
@@ -42,9 +44,69 @@ func (s *servedSocket) removeIfOurs() error {
 // maxListenAttempts bounds how often listenLocked creates a socket that vanishes at once.
 const maxListenAttempts = 3
 
-// listenLocked removes whatever is at path (a stale socket from an earlier run), listens
-// there and starts serving p.server on it in a goroutine joined by Stop. p.mu must be held
-// and p.server set.
+// probeTimeout bounds the connection attempt that tells a live socket from a stale one.
+const probeTimeout = time.Second
+
+// removeStale makes way for a new socket at path. Nothing there: nothing to do. A socket that
+// refuses connections (left behind by a process that has exited) is removed. Anything else is
+// left alone and reported: a socket some process accepts connections on (another plugin, or
+// a second copy of this one) wraps ErrSocketInUse, a file that is not a socket wraps
+// ErrNotSocket, and a socket whose state the probe cannot tell (a full backlog, no
+// permission, no answer within probeTimeout) is treated as live.
+func removeStale(path string) error {
+	before, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("inspecting %s: %w", path, err)
+	case before.Mode().Type() != fs.ModeSocket:
+		return fmt.Errorf("%w: %s is a %s; remove it by hand if it is not needed", ErrNotSocket, path, fileKind(before.Mode()))
+	}
+	conn, err := net.DialTimeout("unix", path, probeTimeout)
+	if err == nil {
+		_ = conn.Close()
+		return fmt.Errorf("%w: a process accepts connections on %s (another device plugin, or a second copy of this one: give it another socket name)", ErrSocketInUse, path)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // removed meanwhile
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%w: probing %s: %w", ErrSocketInUse, path, err)
+	}
+	// Remove only the file just probed, not one that replaced it meanwhile.
+	if now, err := os.Lstat(path); err != nil || !os.SameFile(before, now) {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s changed while it was probed", ErrSocketInUse, path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// fileKind names a non-socket file type for an error message.
+func fileKind(m fs.FileMode) string {
+	switch m.Type() {
+	case 0:
+		return "regular file"
+	case fs.ModeDir:
+		return "directory"
+	case fs.ModeSymlink:
+		return "symbolic link"
+	case fs.ModeNamedPipe:
+		return "named pipe"
+	default:
+		return "file of mode " + m.Type().String()
+	}
+}
+
+// listenLocked clears path (see removeStale: only a socket no process listens on is
+// removed), listens there and starts serving p.server on it in a goroutine joined by Stop.
+// p.mu must be held and p.server set. The probe of an existing socket is a local connect
+// bounded by probeTimeout, not an RPC.
 //
 // A socket deleted between its creation and the look at its file (a manager's start-up
 // cleanup running just then) is created again, a few times at most.
@@ -55,8 +117,8 @@ func (p *Plugin) listenLocked(path string) (*servedSocket, error) {
 		err  error
 	)
 	for attempt := 1; ; attempt++ {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+		if err := removeStale(path); err != nil {
+			return nil, err
 		}
 		l, err = net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 		if err != nil {
