@@ -66,6 +66,8 @@ func testPlugin(t testing.TB, dir, resource, socket string, opts *pluginapi.Devi
 		Options:      opts,
 		Devices:      devs,
 		Logger:       ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1))),
+		// The tests read the requests the plugin received (Calls, WaitForCalls).
+		RecordRequests: true,
 	}
 	for _, f := range mutate {
 		f(&cfg)

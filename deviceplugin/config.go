@@ -136,6 +136,12 @@ type Config struct {
 	// pluginapi.Version ("v1beta1"). It is deliberately not validated: set it only to test a
 	// manager's version check.
 	Version string
+	// RecordRequests keeps a deep copy of every Allocate, GetPreferredAllocation and
+	// PreStartContainer request, for Calls and WaitForCalls: a test helper. Off (the
+	// default), the plugin keeps nothing per request, only the counts in Calls, so a
+	// long-running plugin's memory does not grow with the calls it answers; Calls then
+	// returns the three request lists empty.
+	RecordRequests bool
 	// Clock drives the re-registration backoff. Nil means clock.RealClock{}. Register
 	// timeouts are gRPC deadlines and always use real time.
 	Clock clock.Clock

@@ -60,8 +60,10 @@
 // errors per RPC, a plugin that registers twice in a row (RegisterTwice) and one that exits
 // when the manager closes its stream (ExitOnStreamClose; together the
 // DoubleRegisterExitOnClose profile, Exited tells why it stopped), DropStreams ends every
-// stream with Unavailable, and Calls returns copies of every request received and counts the
-// streams the manager closed. A call is recorded before its fault applies.
+// stream with Unavailable, and Calls counts the calls and the streams the manager closed. A
+// call is recorded before its fault applies. Copies of the requests themselves are kept only
+// when Config.RecordRequests is set (tests): by default a plugin keeps nothing per request,
+// so its memory stays flat however many calls it answers.
 //
 // # Choices
 //

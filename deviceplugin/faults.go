@@ -49,7 +49,8 @@ func DoubleRegisterExitOnClose() Faults {
 }
 
 // Calls is what the plugin has received so far, in arrival order. Calls() returns deep
-// copies, so the caller may keep and modify them.
+// copies, so the caller may keep and modify them. The request lists are kept only under
+// Config.RecordRequests and are empty otherwise; the counts are always kept.
 type Calls struct {
 	Allocate  []*pluginapi.AllocateRequest
 	Preferred []*pluginapi.PreferredAllocationRequest
@@ -96,7 +97,8 @@ func (p *Plugin) SetFaults(f Faults) {
 	p.faults = f
 }
 
-// Calls returns deep copies of the requests received so far and the call counts.
+// Calls returns deep copies of the requests received so far (none unless
+// Config.RecordRequests is set) and the call counts.
 func (p *Plugin) Calls() Calls {
 	p.mu.Lock()
 	defer p.mu.Unlock()

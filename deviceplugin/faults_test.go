@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func callCount(c Calls, rpc string) int {
 // TestHangFaults: a hang fault blocks the RPC until the client's deadline; the call is
 // recorded; clearing the faults makes the RPC answer again.
 func TestHangFaults(t *testing.T) {
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, Devices: devices(pluginapi.Healthy, "a")})
+	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, RecordRequests: true, Devices: devices(pluginapi.Healthy, "a")})
 	p.SetFaults(Faults{HangOptions: true, HangAllocate: true, HangPreferred: true, HangPreStart: true})
 	calls := rpcs(pluginClient(t, p.SocketPath()))
 	for name, call := range calls {
@@ -65,7 +66,7 @@ func TestHangFaults(t *testing.T) {
 
 // TestHangEndsOnStop: Stop releases a hung RPC (Unavailable) and still joins everything.
 func TestHangEndsOnStop(t *testing.T) {
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, Devices: devices(pluginapi.Healthy, "a")})
+	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, RecordRequests: true, Devices: devices(pluginapi.Healthy, "a")})
 	p.SetFaults(Faults{HangAllocate: true})
 	allocate := rpcs(pluginClient(t, p.SocketPath()))["Allocate"]
 	done := make(chan error, 1)
@@ -120,7 +121,7 @@ func TestErrorFaults(t *testing.T) {
 
 // TestCallsRecorded: Calls returns deep copies of every request, in order.
 func TestCallsRecorded(t *testing.T) {
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, Devices: devices(pluginapi.Healthy, "a", "b")})
+	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, RecordRequests: true, Devices: devices(pluginapi.Healthy, "a", "b")})
 	c := pluginClient(t, p.SocketPath())
 	for _, ids := range [][]string{{"a"}, {"b", "a"}} {
 		if _, err := c.Allocate(waitCtx(t), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
@@ -138,5 +139,42 @@ func TestCallsRecorded(t *testing.T) {
 	got.Allocate[0].ContainerRequests[0].DevicesIds[0] = "x"
 	if p.Calls().Allocate[0].ContainerRequests[0].DevicesIds[0] != "a" {
 		t.Fatal("Calls() returned the plugin's own records")
+	}
+}
+
+// TestRequestsNotKeptByDefault: without RecordRequests a plugin keeps nothing per request,
+// however many it answers (only the counts): its recorded lists stay empty, not merely
+// unreturned, while the callbacks still see every request.
+func TestRequestsNotKeptByDefault(t *testing.T) {
+	const calls = 2000
+	var seen atomic.Int64
+	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration,
+		Devices: devices(pluginapi.Healthy, "a"),
+		Allocate: func(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			seen.Add(1)
+			return &pluginapi.AllocateResponse{ContainerResponses: []*pluginapi.ContainerAllocateResponse{{}}}, nil
+		}})
+	rpc := rpcs(pluginClient(t, p.SocketPath()))
+	for range calls {
+		if err := rpc["Allocate"](waitCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"Preferred", "PreStart"} {
+		if err := rpc[name](waitCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seen.Load() != calls {
+		t.Fatalf("Allocate callback saw %d requests, want %d", seen.Load(), calls)
+	}
+	p.mu.Lock()
+	kept := [3]int{cap(p.calls.Allocate), cap(p.calls.Preferred), cap(p.calls.PreStart)}
+	p.mu.Unlock()
+	if kept != [3]int{} {
+		t.Fatalf("a plugin without RecordRequests keeps room for %v Allocate, Preferred and PreStart requests, want none", kept)
+	}
+	if got := p.Calls(); got.Allocate != nil || got.Preferred != nil || got.PreStart != nil {
+		t.Fatalf("Calls() without RecordRequests returned requests: %d, %d, %d", len(got.Allocate), len(got.Preferred), len(got.PreStart))
 	}
 }

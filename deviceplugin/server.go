@@ -52,16 +52,19 @@ func (s *devicePluginServer) PreStartContainer(ctx context.Context, req *plugina
 		s.p.cfg.PreStartContainer)
 }
 
-// serveCallback serves one RPC that the plugin's callbacks answer. It appends a copy of req to
-// the list of p's Calls that list picks, logs the request at V(4), then applies the injected
+// serveCallback serves one RPC that the plugin's callbacks answer. Under RecordRequests it
+// appends a copy of req to the list of p's Calls that list picks (otherwise it keeps
+// nothing of req), logs the request at V(4), then applies the injected
 // faults that fault picks: when it hangs, the call blocks until ctx ends or the plugin stops;
 // an injected error is returned as is. Otherwise callback answers, through answer.
 func serveCallback[Req proto.Message, Resp any](ctx context.Context, p *Plugin, method string, req Req,
 	list func(*Calls) *[]Req, fault func(Faults) (hangs bool, err error),
 	callback func(context.Context, Req) (*Resp, error)) (*Resp, error) {
 	f, life := p.record(func(c *Calls) {
-		l := list(c)
-		*l = append(*l, proto.Clone(req).(Req))
+		if p.cfg.RecordRequests {
+			l := list(c)
+			*l = append(*l, proto.Clone(req).(Req))
+		}
 	})
 	p.log.V(4).Info(method, "request", req)
 	switch hangs, err := fault(f); {

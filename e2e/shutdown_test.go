@@ -125,6 +125,7 @@ func shutdownDuringAllocate(t *testing.T, policy string) {
 		KeepRegistering: true,
 		RetryBackoff:    50 * time.Millisecond,
 		MaxRetryBackoff: 500 * time.Millisecond,
+		RecordRequests:  true, // WaitForCalls below reads the Allocate requests
 	})
 	if err != nil {
 		t.Fatal(err)
