@@ -78,7 +78,8 @@ type Config struct {
 	// cadvisor; with none listed, a resource whose devices have topology gets an empty hint list.
 	NUMANodes []int
 
-	// Policy selects kdm's improvements over the kubelet. The zero value is kubelet-1.36 behaviour.
+	// Policy selects the kubelet minor kdm replays and kdm's improvements over it. The zero
+	// value is kubelet-1.36 behaviour; KubeletPolicy (kubelet-1.37) is the newest kubelet.
 	Policy Policy
 
 	// OnAdmissionDeferred, if set, is called when an admission starts waiting for a resource's
@@ -89,8 +90,36 @@ type Config struct {
 }
 
 // Policy switches on behaviour that differs from the kubelet v1.36. Each field is off in the
-// zero value, which replays the kubelet exactly.
+// zero value, which replays the kubelet v1.36 exactly. Two fields are what the kubelet v1.37
+// changed (KubeletVersions lists which minor turns on which); the others are kdm's
+// improvements, which no kubelet has.
 type Policy struct {
+	// RejectSameSocketRegistration refuses a Register for a resource and socket that a
+	// connected instance of the resource already serves, current or replaced, as the kubelet
+	// v1.37 does: "device plugin already connected: <plugin dir joined with endpoint>", a
+	// plain error (gRPC Unknown). The check runs after the dial and GetDevicePluginOptions,
+	// so their errors win, and the new connection is closed. The connected instance stays
+	// as it was; unlike the kubelet v1.37, kdm does not also forget it (docs/defects.md). Off,
+	// the Register replaces the instance, as the kubelet v1.36 does.
+	RejectSameSocketRegistration bool
+
+	// PromoteLiveInstance keeps a resource served while any instance of its plugin is
+	// connected, as the kubelet v1.37 does: when the current instance's stream ends and a
+	// replaced instance is still connected, the most recently registered of them becomes
+	// current (Allocate, GetPreferredAllocation and PreStartContainer go to it; the kubelet
+	// picks one in map order), the devices stay healthy and no grace period starts; only the
+	// last instance's end marks them unhealthy. A plugins_registry socket's removal stops the
+	// instance registered through it, current or replaced. Off, the current instance's end
+	// marks the devices unhealthy whatever else is connected, and a watched socket's removal
+	// stops its instance only while it is current, as the kubelet v1.36 does.
+	PromoteLiveInstance bool
+
+	// SkipAllocationOnResize makes AllocateFor return at once for any lifecycle operation
+	// other than add (an in-place resize), as the kubelet v1.37 does: device health never
+	// blocks a resize. Off, a resize runs the allocation again, health checks included, as
+	// the kubelet v1.36 does.
+	SkipAllocationOnResize bool
+
 	// DeferAdmission makes Allocate wait, up to DeferAdmissionTimeout, for a plugin that is
 	// known from the checkpoint but has not re-registered yet, instead of failing with
 	// "no healthy devices present". A zero DeferAdmissionTimeout means DefaultDeferAdmissionTimeout
@@ -134,29 +163,16 @@ type Policy struct {
 	PreferredAllocationTimeout time.Duration
 }
 
-// ParsePolicy returns the policy a name selects, as `kdm run --policy` and the scenario
-// scripts name them: "kubelet-1.36" (or its alias "kubelet") gives KubeletPolicy and "kdm"
-// gives KDMPolicy. Names are matched exactly; any other name is an error that lists the valid
-// ones.
-func ParsePolicy(name string) (Policy, error) {
-	switch name {
-	case "kubelet-1.36", "kubelet":
-		return KubeletPolicy(), nil
-	case "kdm":
-		return KDMPolicy(), nil
-	default:
-		return Policy{}, fmt.Errorf("unknown policy %q: valid policies are kubelet-1.36 (alias kubelet) and kdm", name)
-	}
-}
-
-// KubeletPolicy is the kubelet v1.36 behaviour: every improvement off.
-func KubeletPolicy() Policy { return Policy{} }
-
 // KDMPolicy turns on every improvement, with a two-minute admission deferral and the plugin
 // RPC deadlines endpoint.RecommendedAllocateTimeout (30s) and
 // endpoint.RecommendedPreferredAllocationTimeout (10s): what `kdm run --policy kdm` runs.
+// Of the kubelet v1.37's changes it takes PromoteLiveInstance, and not
+// RejectSameSocketRegistration: a plugin that registers twice on one socket (ROCm's does)
+// is accepted, as by the kubelet v1.36.
 func KDMPolicy() Policy {
 	return Policy{
+		PromoteLiveInstance:         true,
+		SkipAllocationOnResize:      true,
 		DeferAdmission:              true,
 		DeferAdmissionTimeout:       DefaultDeferAdmissionTimeout,
 		KeepCompletedInitDevices:    true,

@@ -1,6 +1,8 @@
 package devicemanager
 
 import (
+	"slices"
+
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/endpoint"
@@ -20,7 +22,9 @@ func (m *Manager) Updates() <-chan Update { return m.updates }
 
 // updateDevices replaces the resource's device sets with the plugin's latest list and writes
 // the checkpoint. Lists from an instance that is no longer the resource's current one are
-// ignored, so a replaced plugin cannot overwrite its successor's devices.
+// not applied, so a replaced plugin cannot overwrite its successor's devices (both kubelets
+// apply every connected instance's lists, the last one winning); under
+// Policy.PromoteLiveInstance the last of them is kept for the instance's promotion.
 func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs []*pluginapi.Device) {
 	sync := !m.cfg.Policy.CoalesceDeviceListWrites
 	if sync {
@@ -30,6 +34,7 @@ func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs [
 	}
 	m.mu.Lock()
 	if cur, ok := m.endpoints[resource]; !ok || cur.ep != from {
+		m.keepReplacedListLocked(resource, from, devs)
 		m.mu.Unlock()
 		m.log.V(4).Info("Ignored device list from a replaced plugin instance", "resourceName", resource)
 		return
@@ -61,4 +66,18 @@ func (m *Manager) notify(resource string, uids []string) {
 	default:
 		m.log.Error(nil, "Dropped device health update: channel full", "resourceName", resource, "podUIDs", uids)
 	}
+}
+
+// keepReplacedListLocked remembers devs as the last list of from, a replaced instance of
+// resource that is still kept, so that its promotion (Policy.PromoteLiveInstance) starts from
+// what it last said. Lists of instances that are not kept, or under a policy without
+// promotion, are dropped. Callers hold mu.
+func (m *Manager) keepReplacedListLocked(resource string, from *endpoint.Endpoint, devs []*pluginapi.Device) {
+	if !m.cfg.Policy.PromoteLiveInstance || !slices.Contains(m.replaced[resource], from) {
+		return
+	}
+	if m.replacedLists == nil {
+		m.replacedLists = map[*endpoint.Endpoint][]*pluginapi.Device{}
+	}
+	m.replacedLists[from] = devs
 }

@@ -84,6 +84,9 @@ type Manager struct {
 	// replaced holds, per resource, the replaced instances whose streams stay open, oldest
 	// first (see connect). Guarded by mu.
 	replaced map[string][]*endpoint.Endpoint
+	// replacedLists holds the last device list each kept replaced instance sent while
+	// replaced, for its promotion under Policy.PromoteLiveInstance. Guarded by mu.
+	replacedLists map[*endpoint.Endpoint][]*pluginapi.Device
 
 	// gc serialises garbage collection and keeps the set of active pod UIDs it builds, so
 	// that a collection on a node with many pods reuses the set's memory (see

@@ -143,7 +143,7 @@ func (m *Manager) registerWatchedPlugin(ctx context.Context, path string, info *
 	if err != nil {
 		return nil, fmt.Errorf("plugin endpoint %s: %w", ep, err)
 	}
-	return m.connect(ctx, info.Name, resolved)
+	return m.connect(ctx, info.Name, resolved, ep)
 }
 
 func (m *Manager) watcherRemove(path string, registered map[string]*endpoint.Endpoint) {
@@ -155,8 +155,8 @@ func (m *Manager) watcherRemove(path string, registered map[string]*endpoint.End
 	m.mu.Lock()
 	current := m.endpoints[ep.ResourceName()].ep == ep
 	m.mu.Unlock()
-	if current {
-		m.log.V(2).Info("Device plugin socket removed; disconnecting", "resourceName", ep.ResourceName(), "path", path)
+	if current || m.cfg.Policy.PromoteLiveInstance {
+		m.log.V(2).Info("Device plugin socket removed; disconnecting", "resourceName", ep.ResourceName(), "path", path, "current", current)
 		ep.Stop()
 	}
 }

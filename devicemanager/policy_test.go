@@ -16,13 +16,14 @@ func TestParsePolicy(t *testing.T) {
 		want    Policy
 		wantErr string
 	}{
-		{name: "kubelet-1.36", want: KubeletPolicy()},
-		{name: "kubelet", want: KubeletPolicy()},
+		{name: "kubelet-1.36", want: Policy{}},
+		{name: "kubelet-1.37", want: Policy{RejectSameSocketRegistration: true, PromoteLiveInstance: true, SkipAllocationOnResize: true}},
+		{name: "kubelet", want: Kubelet137Policy()},
 		{name: "kdm", want: KDMPolicy()},
-		{name: "", wantErr: `unknown policy "": valid policies are kubelet-1.36 (alias kubelet) and kdm`},
-		{name: "KDM", wantErr: `unknown policy "KDM": valid policies are kubelet-1.36 (alias kubelet) and kdm`},
-		{name: "kubelet-1.35", wantErr: `unknown policy "kubelet-1.35": valid policies are kubelet-1.36 (alias kubelet) and kdm`},
-		{name: " kdm", wantErr: `unknown policy " kdm": valid policies are kubelet-1.36 (alias kubelet) and kdm`},
+		{name: "", wantErr: `unknown policy "": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
+		{name: "KDM", wantErr: `unknown policy "KDM": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
+		{name: "kubelet-1.35", wantErr: `unknown policy "kubelet-1.35": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
+		{name: " kdm", wantErr: `unknown policy " kdm": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParsePolicy(tc.name)
@@ -110,5 +111,47 @@ func TestPolicyValidate(t *testing.T) {
 				t.Errorf("Validate errors %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestKubeletVersions: every kubelet row's name parses back to its policy and is named by it;
+// the rows are distinct, none has kdm's improvements, and the alias and the default are the
+// newest row.
+func TestKubeletVersions(t *testing.T) {
+	versions := KubeletVersions()
+	if len(versions) < 2 {
+		t.Fatalf("%d kubelet versions, want at least 1.36 and 1.37", len(versions))
+	}
+	seen := map[Policy]string{}
+	for _, v := range versions {
+		p, err := ParsePolicy(v.Name)
+		if err != nil || p != v.Policy {
+			t.Errorf("ParsePolicy(%q) = %+v, %v; want the row's policy", v.Name, p, err)
+		}
+		if got := v.Policy.Name(); got != v.Name {
+			t.Errorf("%s: Policy.Name() = %q", v.Name, got)
+		}
+		if !v.Policy.IsKubelet() {
+			t.Errorf("%s: IsKubelet() = false", v.Name)
+		}
+		if other, dup := seen[v.Policy]; dup {
+			t.Errorf("%s has the same switches as %s", v.Name, other)
+		}
+		seen[v.Policy] = v.Name
+		if v.Policy.DeferAdmission || v.Policy.KeepCompletedInitDevices || v.Policy.PreferredAllocationFallback ||
+			v.Policy.CoalesceDeviceListWrites || v.Policy.DropRemovedResources || v.Policy.ReadLegacyCheckpoint ||
+			v.Policy.AllocateTimeout != 0 || v.Policy.PreferredAllocationTimeout != 0 {
+			t.Errorf("%s turns on an improvement no kubelet has: %+v", v.Name, v.Policy)
+		}
+	}
+	newest := versions[len(versions)-1]
+	if alias, _ := ParsePolicy("kubelet"); alias != newest.Policy || KubeletPolicy() != newest.Policy || DefaultPolicyName() != newest.Name {
+		t.Errorf("the alias, KubeletPolicy or the default is not the newest kubelet %s", newest.Name)
+	}
+	if KDMPolicy().Name() != "kdm" || KDMPolicy().IsKubelet() || (Policy{DeferAdmission: true}).Name() != "custom" {
+		t.Errorf("kdm or a custom policy misnamed")
+	}
+	if got, want := PolicyNames(), []string{"kubelet-1.36", "kubelet-1.37", "kdm"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("PolicyNames() = %v, want %v", got, want)
 	}
 }

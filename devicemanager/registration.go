@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -69,7 +70,7 @@ func (s *registrationServer) Register(ctx context.Context, r *pluginapi.Register
 		s.logError(log, cause+err.Error(), err, "Bad registration request from device plugin")
 		return &pluginapi.Empty{}, err
 	}
-	if _, err := m.connect(ctx, r.ResourceName, path); err != nil {
+	if _, err := m.connect(ctx, r.ResourceName, path, filepath.Join(m.cfg.PluginDir, r.Endpoint)); err != nil {
 		key := cause + err.Error()
 		var inUse *socketInUse
 		if errors.As(err, &inUse) {
@@ -105,8 +106,8 @@ func (s *registrationServer) logError(log klog.Logger, key string, err error, ms
 // The kubelet returns plain Go errors from Register, which gRPC sends as codes.Unknown with the
 // error's text; so does kdm, whatever gRPC status or context error the error wraps (left as is,
 // gRPC would lift an inner Unimplemented or DeadlineExceeded to the top). kdm's own refusal of
-// a socket that serves another resource is codes.AlreadyExists. (The in-flight limiter's
-// codes.ResourceExhausted does not come through here.)
+// a socket that serves another resource is codes.AlreadyExists. (A call the in-flight limiter
+// superseded fails with codes.ResourceExhausted without coming through here.)
 func registerStatus(err error) error {
 	if errors.Is(err, ErrSocketInUse) {
 		return status.Error(codes.AlreadyExists, err.Error())
@@ -118,16 +119,21 @@ func registerStatus(err error) error {
 // kubelet, a previous instance is not stopped: its connection and ListAndWatch stream stay
 // open, because some plugins (ROCm's, registering twice when they start before the kubelet)
 // treat a closed stream as fatal and exit, taking the new instance's devices with them. The
-// replaced instance's lists are ignored (updateDevices), and its stream ending can no longer
-// touch the resource (runEndpoint); it ends when the plugin closes it or at Stop, which
+// replaced instance's lists are not applied (updateDevices), and its stream ending can no
+// longer touch the resource (runEndpoint); it ends when the plugin closes it or at Stop, which
 // cancels runCtx. A failed dial leaves the previous instance, if any, in place.
 //
-// path must be resolved (no symlinks), so that one socket has one name. A socket that a live
-// endpoint of another resource already serves is refused with ErrSocketInUse, both before the
-// dial and again, atomically with the swap, under mu: of two resources racing for one socket,
-// exactly one wins. It returns the instance it made current, so that a caller that tracks it
-// (the plugins_registry watcher) never mistakes a later instance for its own.
-func (m *Manager) connect(ctx context.Context, resource, path string) (*endpoint.Endpoint, error) {
+// path must be resolved (no symlinks), so that one socket has one name; name is the socket
+// as the plugin named it (the plugin directory joined with the Register endpoint), which
+// the kubelet v1.37's refusal quotes. Under Policy.RejectSameSocketRegistration a socket
+// that a connected instance of the same resource serves is refused with
+// errAlreadyConnected once the dial and the options call have succeeded, and nothing
+// changes. A socket that a live endpoint of another resource already serves is refused with
+// ErrSocketInUse, both before the dial and again, atomically with the swap, under mu: of two
+// resources racing for one socket, exactly one wins. It returns the instance it made
+// current, so that a caller that tracks it (the plugins_registry watcher) never mistakes a
+// later instance for its own.
+func (m *Manager) connect(ctx context.Context, resource, path, name string) (*endpoint.Endpoint, error) {
 	if !m.isRunning() {
 		return nil, fmt.Errorf("device manager is not running")
 	}
@@ -157,6 +163,11 @@ func (m *Manager) connect(ctx context.Context, resource, path string) (*endpoint
 		ep.Stop()
 		return nil, socketInUseError(path, owner, resource)
 	}
+	if m.cfg.Policy.RejectSameSocketRegistration && m.connectedOnSocketLocked(resource, path) {
+		m.mu.Unlock()
+		ep.Stop()
+		return nil, &alreadyConnectedError{socket: name}
+	}
 	evicted := m.keepReplacedLocked(resource, m.endpoints[resource].ep)
 	m.endpoints[resource] = endpointInfo{ep: ep, opts: opts}
 	m.st.Connect(resource)
@@ -178,9 +189,31 @@ func (m *Manager) connect(ctx context.Context, resource, path string) (*endpoint
 	return ep, nil
 }
 
+// alreadyConnectedError is the kubelet v1.37's refusal of a Register for a socket that a
+// connected instance of the resource serves (Policy.RejectSameSocketRegistration). Its text
+// is the kubelet's; like every connect error it goes back as gRPC Unknown.
+type alreadyConnectedError struct{ socket string }
+
+func (e *alreadyConnectedError) Error() string {
+	return "device plugin already connected: " + e.socket
+}
+
+// connectedOnSocketLocked reports whether a connected instance of resource, the current one
+// or a replaced one whose stream is still open, serves socket. Callers hold mu.
+func (m *Manager) connectedOnSocketLocked(resource, socket string) bool {
+	if ep := m.endpoints[resource].ep; ep != nil && !ep.IsStopped() && ep.SocketPath() == socket {
+		return true
+	}
+	return slices.ContainsFunc(m.replaced[resource], func(ep *endpoint.Endpoint) bool {
+		return !ep.IsStopped() && ep.SocketPath() == socket
+	})
+}
+
 // maxReplacedInstances bounds, per resource, the replaced instances whose connections and
 // streams connect keeps open. One covers a plugin that registers twice in a row; the bound
-// keeps a plugin that registers in a loop from piling up connections and goroutines.
+// keeps a plugin that registers in a loop from piling up connections and goroutines. The
+// kubelet keeps every instance connected; under Policy.PromoteLiveInstance an evicted
+// instance can no longer take over (docs/defects.md).
 const maxReplacedInstances = 2
 
 // keepReplacedLocked records old, the instance being replaced, among the resource's replaced
@@ -196,6 +229,7 @@ func (m *Manager) keepReplacedLocked(resource string, old *endpoint.Endpoint) (e
 	kept := append(m.replaced[resource], old)
 	if len(kept) > maxReplacedInstances {
 		evicted, kept = kept[0], kept[1:]
+		delete(m.replacedLists, evicted)
 	}
 	m.replaced[resource] = kept
 	return evicted
@@ -205,12 +239,33 @@ func (m *Manager) keepReplacedLocked(resource string, old *endpoint.Endpoint) (e
 // ended, and tells waiters (Resources reports the count). Callers hold mu.
 func (m *Manager) forgetReplacedLocked(resource string, ep *endpoint.Endpoint) {
 	defer m.signalDeviceChangeLocked()
+	delete(m.replacedLists, ep)
 	kept := slices.DeleteFunc(m.replaced[resource], func(e *endpoint.Endpoint) bool { return e == ep })
 	if len(kept) == 0 {
 		delete(m.replaced, resource)
 		return
 	}
 	m.replaced[resource] = kept
+}
+
+// promoteLocked makes the most recently registered replaced instance of resource that is
+// still connected the current one, for Policy.PromoteLiveInstance, and returns it with the
+// last device list it sent while replaced (nil if it sent none: the resource's devices then
+// stay as they are until it sends one). It returns a nil endpoint when no replaced instance
+// is connected. Callers hold mu.
+func (m *Manager) promoteLocked(resource string) (*endpoint.Endpoint, []*pluginapi.Device) {
+	kept := m.replaced[resource]
+	for i := len(kept) - 1; i >= 0; i-- {
+		ep := kept[i]
+		if ep.IsStopped() {
+			continue
+		}
+		devs := m.replacedLists[ep]
+		m.forgetReplacedLocked(resource, ep)
+		m.endpoints[resource] = endpointInfo{ep: ep, opts: ep.Options()}
+		return ep, devs
+	}
+	return nil, nil
 }
 
 // isRunning reports whether Start has succeeded and Stop has not been called.
@@ -222,23 +277,42 @@ func (m *Manager) isRunning() bool {
 
 // runEndpoint streams the plugin's devices until the stream ends: the plugin closes it or goes
 // away, ep is stopped, or ctx (the manager's runCtx) ends at Stop. Only if ep is still the
-// resource's current instance are its devices marked unhealthy; a replaced instance is only
-// forgotten, whenever its stream ends.
+// resource's current instance does its end touch the resource: under
+// Policy.PromoteLiveInstance a replaced instance that is still connected takes over (its last
+// list, if it sent one while replaced, is applied), otherwise the devices are marked
+// unhealthy. A replaced instance is only forgotten, whenever its stream ends.
 func (m *Manager) runEndpoint(ctx context.Context, resource string, ep *endpoint.Endpoint) {
 	log := m.log.WithValues("resourceName", resource, "socket", ep.SocketPath())
 	err := ep.Run(ctx, func(devs []*pluginapi.Device) { m.updateDevices(resource, ep, devs) })
 	ep.Stop() // stamps the stop time before anyone can see the devices turn unhealthy
+	var promoted *endpoint.Endpoint
+	var promotedList []*pluginapi.Device
 	m.mu.Lock()
 	current := m.endpoints[resource].ep == ep
-	if current {
-		m.markResourceUnhealthyLocked(resource, ep.StopTime())
-	} else {
+	switch {
+	case !current:
 		m.forgetReplacedLocked(resource, ep)
+	case m.cfg.Policy.PromoteLiveInstance && ctx.Err() == nil:
+		promoted, promotedList = m.promoteLocked(resource)
+		if promoted == nil {
+			m.markResourceUnhealthyLocked(resource, ep.StopTime())
+		} else {
+			m.signalDeviceChangeLocked()
+		}
+	default:
+		m.markResourceUnhealthyLocked(resource, ep.StopTime())
 	}
 	m.mu.Unlock()
-	if current {
+	switch {
+	case promoted != nil:
+		log.Info("Device plugin disconnected; another connected instance serves the resource",
+			"err", err, "promotedSocket", promoted.SocketPath())
+		if promotedList != nil {
+			m.updateDevices(resource, promoted, promotedList)
+		}
+	case current:
 		log.Info("Device plugin disconnected", "err", err)
-	} else {
+	default:
 		log.V(2).Info("Stream of a replaced device plugin instance ended", "err", err)
 	}
 }

@@ -35,10 +35,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// policy returns the policy c.Policy names, the kubelet's for an empty name.
+// policy returns the policy c.Policy names, the kubelet v1.36's for an empty name (the
+// stories' recorded outcomes were first written under it).
 func (c Config) policy() (devicemanager.Policy, error) {
 	if c.Policy == "" {
-		return devicemanager.KubeletPolicy(), nil
+		return devicemanager.Kubelet136Policy(), nil
 	}
 	return devicemanager.ParsePolicy(c.Policy)
 }

@@ -21,9 +21,9 @@ func TestConfigValidate(t *testing.T) {
 		{"kubelet alias", Config{Policy: "kubelet"}, ""},
 		{"kdm", Config{Policy: "kdm", Logger: testr.New(t)}, ""},
 		{"unknown policy", Config{Policy: "nope"},
-			`scenario: unknown policy "nope": valid policies are kubelet-1.36 (alias kubelet) and kdm`},
+			`scenario: unknown policy "nope": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
 		{"policy names match exactly", Config{Policy: "KDM"},
-			`scenario: unknown policy "KDM": valid policies are kubelet-1.36 (alias kubelet) and kdm`},
+			`scenario: unknown policy "KDM": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -55,7 +55,7 @@ func TestConfigZeroValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if r.policy != devicemanager.KubeletPolicy() || r.quarantine {
+	if r.policy != devicemanager.Kubelet136Policy() || r.quarantine {
 		t.Errorf("zero Policy: got %+v (quarantine %v), want the kubelet's policy without quarantine", r.policy, r.quarantine)
 	}
 	if r.scriptDir != "" || r.log.GetSink() == nil {

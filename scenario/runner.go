@@ -89,7 +89,7 @@ func New(cfg Config) (*Runner, error) {
 	r := &Runner{scriptDir: cfg.ScriptDir, plugins: map[string]*plugin{}, pods: map[string]*pod{},
 		log: log, deferred: make(chan string, 64), settled: make(chan struct{}),
 		waitingFor: map[string]string{}}
-	r.quarantine = pol != devicemanager.KubeletPolicy()
+	r.quarantine = !pol.IsKubelet()
 	r.policy = pol
 	r.policy.CoalesceDeviceListWrites = false // keep the file in step with every command
 	dir, err := os.MkdirTemp("", "kdm-sc")

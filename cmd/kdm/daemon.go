@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // kubeClient builds a client from the kubeconfig file and resolves the node name, which
@@ -105,6 +106,8 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdm run: %v\n", err)
 		return 1
 	}
+	klog.Background().Info("Starting kdm", "policy", opts.policy, "policyIsDefault", !fs.Changed("policy"),
+		"defaultPolicy", devicemanager.DefaultPolicyName()+" (the newest supported kubelet)")
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)

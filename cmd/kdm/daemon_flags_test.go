@@ -14,7 +14,7 @@ func TestRunRefusesBadPolicyFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--policy", "nope"}, `--policy: unknown policy "nope": valid policies are kubelet-1.36 (alias kubelet) and kdm`},
+		{[]string{"--policy", "nope"}, `--policy: unknown policy "nope": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
 		{[]string{"--policy", "kdm", "--allocate-timeout", "-1s"}, "--allocate-timeout must not be negative: -1s"},
 	} {
 		dir := t.TempDir()

@@ -67,7 +67,7 @@ func newRunFlags(stderr io.Writer) (*pflag.FlagSet, *runOptions) {
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", defaultHealthzHost, "IP address for /healthz, /livez, /readyz, /metrics and /status; a host:port names the port too (empty disables)")
 	fs.Int32Var(&o.healthzPort, "healthz-port", defaultHealthzPort, "port of the healthz endpoint (0 disables)")
 	fs.DurationVar(&o.grace, "grace-period", devicemanager.DefaultGracePeriod, "how long a resource outlives its stopped plugin")
-	fs.StringVar(&o.policy, "policy", "kubelet-1.36", "behaviour: kubelet-1.36 (identical to the kubelet) or kdm (deferred admission and the other improvements)")
+	fs.StringVar(&o.policy, "policy", devicemanager.DefaultPolicyName(), devicemanager.PolicyHelp())
 	fs.BoolVar(&o.watcher, "plugin-watcher", false, "also accept plugins through <root-dir>/plugins_registry")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the API server to join: pods bound to --node-name are admitted and the Node published (empty: no API server)")
 	fs.StringVar(&o.nodeName, "node-name", "", "the Node this agent stands for (default: the hostname)")
@@ -80,7 +80,7 @@ func newRunFlags(stderr io.Writer) (*pflag.FlagSet, *runOptions) {
 	fs.Var(cliflag.NewMapStringString(&o.nodeCapacity), "node-capacity", "cpu, memory and ephemeral-storage capacity to publish instead of the host's, e.g. cpu=64,memory=256Gi")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "after SIGTERM or SIGINT, how long to wait for a clean stop before exiting with status 1 (0: wait as long as it takes); a second signal exits at once")
 	fs.DurationVar(&o.deferTimeout, "defer-admission-timeout", 0, "with --policy kdm: how long an admission waits for a device plugin that has not registered (yet), and how long after start a resource no plugin has registered is waited for (0: 2m)")
-	fs.DurationVar(&o.allocTimeout, "allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none under kubelet-1.36, 30s/10s under kdm)")
+	fs.DurationVar(&o.allocTimeout, "allocate-timeout", 0, "deadline for Allocate and GetPreferredAllocation RPCs (0: none under the kubelet policies, 30s/10s under kdm)")
 	fs.Var(&o.version, "version", "print version information and exit; --version=raw prints it as JSON")
 	fs.Lookup("version").NoOptDefVal = "true"
 	logsapi.AddFlags(o.logging, fs)
@@ -124,7 +124,7 @@ func (o *runOptions) agentConfig(fs *pflag.FlagSet) (agent.Config, error) {
 		return agent.Config{}, usageErrorf("--allocate-timeout must not be negative: %v", o.allocTimeout)
 	}
 	if o.allocTimeout > 0 {
-		// Otherwise the policy's own deadlines apply: none for kubelet-1.36, 30s/10s for kdm.
+		// Otherwise the policy's own deadlines apply: none for the kubelets, 30s/10s for kdm.
 		pol.AllocateTimeout, pol.PreferredAllocationTimeout = o.allocTimeout, o.allocTimeout
 	}
 	healthz, err := healthzAddress(o.healthzAddress, o.healthzPort, fs.Changed("healthz-port"))
