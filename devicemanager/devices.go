@@ -39,7 +39,7 @@ func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs [
 		m.log.V(4).Info("Ignored device list from a replaced plugin instance", "resourceName", resource)
 		return
 	}
-	uids := m.st.ApplyDeviceListForPods(resource, devs)
+	uids := m.applyDeviceListLocked(resource, devs)
 	m.checkRecoveredLocked(resource)
 	m.mu.Unlock()
 

@@ -90,8 +90,9 @@ func (m *Manager) SanitizeNodeAllocatable(podUID string, allocatable v1.Resource
 }
 
 // UpdateAllocatedResourcesStatus fills each app container's AllocatedResourcesStatus with the
-// health of the devices it holds, from the plugins' latest lists (KEP-4680). Unknown devices
-// count as Healthy. The entry for a resource replaces one of the same name.
+// health of the devices it holds (KEP-4680): Unhealthy when the plugin lists them so or has
+// gone away (podDeviceHealthLocked). Unknown devices count as Healthy. The entry for a
+// resource replaces one of the same name.
 func (m *Manager) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.PodStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -103,7 +104,7 @@ func (m *Manager) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.PodStat
 			rs := v1.ResourceStatus{Name: v1.ResourceName(res)}
 			for _, id := range held[res].IDs().UnsortedList() {
 				health := v1.ResourceHealthStatusHealthy
-				if d, ok := m.st.Device(res, id); ok && d.Health != pluginapi.Healthy {
+				if m.podDeviceHealthLocked(res, id) != pluginapi.Healthy {
 					health = v1.ResourceHealthStatusUnhealthy
 				}
 				rs.Resources = append(rs.Resources, v1.ResourceHealth{ResourceID: v1.ResourceID(id), Health: health})

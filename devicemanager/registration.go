@@ -321,7 +321,7 @@ func (m *Manager) runEndpoint(ctx context.Context, resource string, ep *endpoint
 // every healthy device becomes unhealthy, since nothing it advertised can be allocated, and
 // capacity is kept for the grace period. Callers hold mu.
 func (m *Manager) markResourceUnhealthyLocked(resource string, stoppedAt time.Time) {
-	if !m.st.Disconnect(resource, stoppedAt) {
+	if !m.disconnectLocked(resource, stoppedAt) {
 		return
 	}
 	m.signalDeviceChangeLocked()
