@@ -7,8 +7,9 @@
 //
 // # Using a Manager
 //
-// New validates a Config and builds a Manager; ParsePolicy, KubeletPolicy and KDMPolicy give
-// its Policy. The methods, by the caller that needs them:
+// New validates a Config and builds a Manager; ParsePolicy, Kubelet136Policy,
+// Kubelet137Policy, KubeletPolicy (the newest kubelet) and KDMPolicy give its Policy, and
+// KubeletVersions lists the kubelet minors kdm reproduces. The methods, by the caller that needs them:
 //
 //   - Lifecycle (the embedder's main loop): Start with the embedder's Sources (its pods, the
 //     containers running at start, its own record of the assignments), Stop, HealthCheck (the
@@ -32,14 +33,18 @@
 // # Behaviour
 //
 // With the zero Policy the manager replays the kubelet v1.36 device manager, check for check
-// and error string for error string, with these defects fixed unconditionally:
+// and error string for error string; Kubelet137Policy replays the kubelet v1.37, which differs
+// in plugin re-registration (a Register on a connected socket is refused, a connected instance
+// takes over when another disconnects) and in-place resizes (AllocateFor). Under every policy
+// these defects are fixed:
 //
 //   - Registrations are keyed by plugin instance: a second registration for a resource replaces
 //     the first, capacity does not dip, and the old instance's stream ending never disconnects
 //     the new one. As with the kubelet, the old instance's stream is left open (its lists are
 //     ignored; up to 2 per resource) until the plugin or Stop ends it, so a plugin that exits
 //     on a closed stream survives registering twice. A failed re-registration leaves the
-//     working instance in place.
+//     working instance in place; under the kubelet v1.37's same-socket refusal the working
+//     instance still disconnects when its stream ends (the kubelet v1.37 orphans it).
 //   - Allocation is transactional. Devices are reserved while the plugin's RPCs run without the
 //     lock; garbage collection cannot release a reservation, and a failure anywhere releases
 //     every reservation of the call and records nothing (no leaked "Available: 0").

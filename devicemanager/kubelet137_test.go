@@ -323,3 +323,40 @@ func heldIDs(m *Manager, podUID, container string) []string {
 	}
 	return ids
 }
+
+// TestHealthUpdatesMatchedByResource: two resources whose plugins both call a device "0";
+// a health change of one resource's "0" announces the pod holding that resource's device, and
+// not the pod holding the other resource's "0". The kubelet v1.37 matches so (the kubelet
+// v1.36 looked the device up by ID alone); kdm does under every policy.
+func TestHealthUpdatesMatchedByResource(t *testing.T) {
+	const nic = "example.com/nic"
+	for _, policy := range PolicyNames() {
+		t.Run(policy, func(t *testing.T) {
+			p, err := ParsePolicy(policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.CoalesceDeviceListWrites = false
+			m := testManager(t, shortDir(t), Config{Policy: p}, Sources{})
+			seed(m, gpu, devices(pluginapi.Healthy, "0", "1")...)
+			seed(m, nic, devices(pluginapi.Healthy, "0", "1")...)
+			hold(m, "gpu-pod", "c", gpu, "0")
+			hold(m, "nic-pod", "c", nic, "0")
+			for len(m.Updates()) > 0 {
+				<-m.Updates()
+			}
+			m.updateDevices(nic, m.currentEndpointFor(nic).ep, append(devices(pluginapi.Unhealthy, "0"), devices(pluginapi.Healthy, "1")...))
+			select {
+			case u := <-m.Updates():
+				if len(u.PodUIDs) != 1 || u.PodUIDs[0] != "nic-pod" {
+					t.Fatalf("health change of %s device 0 announced pods %v, want [nic-pod]", nic, u.PodUIDs)
+				}
+			default:
+				t.Fatalf("health change of %s device 0 announced nothing", nic)
+			}
+			if n := len(m.Updates()); n != 0 {
+				t.Fatalf("%d more updates, want none", n)
+			}
+		})
+	}
+}
