@@ -32,6 +32,7 @@ const (
 	EventWaiting      = "Waiting" // admission waits for a device plugin
 	EventRejected     = "Rejected"
 	EventPodRemoved   = "PodRemoved"
+	EventConflict     = "Conflict" // a pod's restored devices are claimed by other pods too, or no longer
 )
 
 // maxEvents bounds the timeline; older events are dropped.
@@ -63,6 +64,7 @@ type eventLog struct {
 	changed chan struct{}
 
 	phases    map[types.UID]string
+	conflicts map[types.UID]string // the last ConflictWarning recorded for each pod, if any
 	waits     map[types.UID]podWait
 	endpoints map[string]devicemanager.EndpointView // last observed, per resource
 	health    map[string]map[string]string          // last observed, resource → device → health
@@ -74,6 +76,7 @@ func newEventLog(now func() time.Time) *eventLog {
 		now:       now,
 		changed:   make(chan struct{}),
 		phases:    map[types.UID]string{},
+		conflicts: map[types.UID]string{},
 		waits:     map[types.UID]podWait{},
 		endpoints: map[string]devicemanager.EndpointView{},
 		health:    map[string]map[string]string{},
@@ -137,6 +140,7 @@ func (l *eventLog) podRecorded(r *PodResult) {
 	if r.Phase != PhasePending {
 		delete(l.waits, r.UID)
 	}
+	l.conflictsRecordedLocked(r)
 	if l.phases[r.UID] == r.Phase {
 		return
 	}
@@ -152,6 +156,30 @@ func (l *eventLog) podRecorded(r *PodResult) {
 		e.Kind, e.Message = EventRejected, r.Reason+": "+r.Message
 	default:
 		e.Kind, e.Message = r.Phase, r.Message
+	}
+	l.addLocked(e)
+}
+
+// conflictsRecordedLocked makes an event when the pod's conflicts (PodResult.Conflicts)
+// appear, change or end. Callers hold mu.
+func (l *eventLog) conflictsRecordedLocked(r *PodResult) {
+	w := r.ConflictWarning()
+	prev, had := l.conflicts[r.UID]
+	if w == prev {
+		return
+	}
+	e := Event{Kind: EventConflict, Pod: r.Namespace + "/" + r.Name, Message: w}
+	if w == "" {
+		delete(l.conflicts, r.UID)
+		if !had {
+			return
+		}
+		e.Message = "contested devices are this pod's alone again"
+	} else {
+		l.conflicts[r.UID] = w
+	}
+	if len(r.Conflicts) > 0 {
+		e.Resource = r.Conflicts[0].Resource
 	}
 	l.addLocked(e)
 }
@@ -201,6 +229,7 @@ func (l *eventLog) podRemoved(uid types.UID, namespace, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.waits, uid)
+	delete(l.conflicts, uid)
 	if _, ok := l.phases[uid]; !ok {
 		return
 	}

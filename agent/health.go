@@ -39,7 +39,8 @@ func (a *Agent) refreshHealth(uid types.UID) {
 	a.record(pod, &r)
 }
 
-// fillHealth sets each container's AllocatedResourcesStatus from the manager (KEP-4680).
+// fillHealth sets each container's AllocatedResourcesStatus from the manager (KEP-4680), and
+// the pod's Conflicts (fillConflicts).
 func (a *Agent) fillHealth(pod *v1.Pod, r *PodResult) {
 	status := &v1.PodStatus{}
 	for _, c := range r.Containers {
@@ -49,4 +50,5 @@ func (a *Agent) fillHealth(pod *v1.Pod, r *PodResult) {
 	for i := range r.Containers {
 		r.Containers[i].AllocatedResourcesStatus = status.ContainerStatuses[i].AllocatedResourcesStatus
 	}
+	a.fillConflicts(pod, r)
 }

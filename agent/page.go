@@ -209,7 +209,7 @@ func (a *Agent) pageResources(views []devicemanager.ResourceView, capacity, allo
 // pagePod converts a pod's result for the page.
 func (a *Agent) pagePod(r *PodResult, now time.Time) PagePod {
 	p := PagePod{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Phase: r.Phase, Reason: r.Reason,
-		Message: r.Message, Warning: r.Warning, Updated: r.Updated}
+		Message: r.Message, Warning: joinWarnings(r.Warning, r.ConflictWarning()), Updated: r.Updated}
 	if r.Phase == PhasePending {
 		if w, ok := a.events.waitOf(r.UID); ok {
 			p.Waiting = &PageWait{Container: w.Container, Resource: w.Resource, Deadline: w.Deadline.UTC(),

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
@@ -41,9 +43,36 @@ type PodResult struct {
 	Message   string    `json:"message,omitempty"`
 	// Warning says what kdm kept from an earlier admission instead of following the source,
 	// such as a device request edited under a running pod.
-	Warning    string            `json:"warning,omitempty"`
+	Warning string `json:"warning,omitempty"`
+	// Conflicts are the devices that this pod's restored assignment shares with other pods'
+	// (devicemanager.Contest): each stays assigned to every claimant and is given to no other
+	// pod until one claimant is left.
+	Conflicts  []DeviceConflict  `json:"conflicts,omitempty"`
 	Updated    time.Time         `json:"updated"`
 	Containers []ContainerResult `json:"containers,omitempty"`
+}
+
+// DeviceConflict is one device that the pod and other pods claim (see PodResult.Conflicts).
+type DeviceConflict struct {
+	Resource string `json:"resource"`
+	DeviceID string `json:"deviceID"`
+	// Pods are the other claimants: namespace/name, or the UID of a pod the agent does not
+	// know.
+	Pods []string `json:"pods"`
+}
+
+// ConflictWarning says what the pod's conflicts mean and how an operator ends them; empty
+// without conflicts.
+func (r *PodResult) ConflictWarning() string {
+	if len(r.Conflicts) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(r.Conflicts))
+	for _, c := range r.Conflicts {
+		parts = append(parts, fmt.Sprintf("%s %s is also claimed by %s", c.Resource, c.DeviceID, strings.Join(c.Pods, ", ")))
+	}
+	return "restored records disagree: " + strings.Join(parts, "; ") +
+		". The device stays with these pods and goes to no other; delete the pod that should not hold it."
 }
 
 // ContainerResult is one container's devices as the runtime would receive them.
@@ -242,4 +271,61 @@ func allocationsOf(entries []checkpoint.PodDevicesEntry) []Allocation {
 		out = append(out, Allocation{Resource: e.ResourceName, DeviceIDs: e.DeviceIDs, AllocResp: e.AllocResp})
 	}
 	return out
+}
+
+// joinWarnings joins the non-empty warnings into one text.
+func joinWarnings(ws ...string) string {
+	return strings.Join(slices.DeleteFunc(ws, func(w string) bool { return w == "" }), " ")
+}
+
+// fillConflicts sets the result's Conflicts from the manager's contested devices, naming the
+// other claimants as the agent knows them, and logs when the pod's conflicts change.
+func (a *Agent) fillConflicts(pod *v1.Pod, r *PodResult) {
+	contests := a.manager.ContestsOf(string(pod.UID))
+	a.mu.Lock()
+	var prev []DeviceConflict
+	if old := a.results[pod.UID]; old != nil {
+		prev = old.Conflicts
+	}
+	r.Conflicts = nil
+	for _, c := range contests {
+		dc := DeviceConflict{Resource: c.Resource, DeviceID: c.DeviceID}
+		for _, uid := range c.PodUIDs {
+			if types.UID(uid) != pod.UID {
+				dc.Pods = append(dc.Pods, a.podNameLocked(types.UID(uid)))
+			}
+		}
+		r.Conflicts = append(r.Conflicts, dc)
+	}
+	a.mu.Unlock()
+	if equalConflicts(prev, r.Conflicts) {
+		return
+	}
+	log := a.log.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	if len(r.Conflicts) == 0 {
+		log.Info("Pod's contested devices are its own again: the other claimants are gone")
+		return
+	}
+	for _, c := range r.Conflicts {
+		log.Info("Warning: pod's restored devices are also claimed by other pods; the device is given to no other pod until one claimant is left",
+			"resourceName", c.Resource, "deviceID", c.DeviceID, "otherPods", c.Pods)
+	}
+}
+
+// podNameLocked names a pod as namespace/name from the source or its result, or by its UID.
+// Callers hold mu.
+func (a *Agent) podNameLocked(uid types.UID) string {
+	if p := a.pods[uid]; p != nil {
+		return p.Namespace + "/" + p.Name
+	}
+	if r := a.results[uid]; r != nil {
+		return r.Namespace + "/" + r.Name
+	}
+	return string(uid)
+}
+
+func equalConflicts(a, b []DeviceConflict) bool {
+	return slices.EqualFunc(a, b, func(x, y DeviceConflict) bool {
+		return x.Resource == y.Resource && x.DeviceID == y.DeviceID && slices.Equal(x.Pods, y.Pods)
+	})
 }
