@@ -18,8 +18,9 @@ import (
 // every file event and every ResyncPeriod. After the first pass every pod of the directory
 // has been admitted, and the source reports ready through sourceReady. A directory that does
 // not exist is never created: it is logged and watched until it appears (see manifestDir). New
-// content younger than manifestDebounce is read again shortly instead of being admitted or
-// reported: it is most likely still being written.
+// content that may still be in the writing, or that would replace a running pod before it has
+// settled, is read again when it may be judged instead of being admitted or reported (see
+// manifestSource.hold).
 func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -34,6 +35,7 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 	src := newManifestSource(dir.path)
 	src.now = a.clock.Now
 	src.known = a.restoredUnseen
+	src.restored = a.restoredByName()
 	retry := a.clock.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -48,9 +50,9 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 		return settled
 	}
 	// The first listing waits out files held back as still being written (for at most
-	// manifestSettle): a pod that ran before a restart and whose file is being rewritten must
-	// not count as gone when the sources become ready.
-	firstUntil := a.clock.Now().Add(manifestSettle)
+	// manifestWriterWait): a pod that ran before a restart and whose file is being rewritten
+	// must not count as gone when the sources become ready.
+	firstUntil := a.clock.Now().Add(manifestWriterWait)
 	for {
 		for _, settled := range sync() {
 			select {
@@ -64,6 +66,10 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 		}
 		select {
 		case <-retry.C():
+		case <-w.Events:
+			if !dir.waitBurst(ctx, a.clock) {
+				return nil
+			}
 		case <-ctx.Done():
 			return nil
 		}
@@ -76,27 +82,9 @@ func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
 		case <-ctx.Done():
 			return nil
 		case <-w.Events:
-			// Files moved in together are admitted together, in order: wait for the
-			// burst of events to end (at most eventBurstMax) before reading.
-			quiet := a.clock.NewTimer(eventQuiet)
-			limit := a.clock.NewTimer(eventBurstMax)
-		drain:
-			for {
-				select {
-				case <-w.Events:
-					quiet.Reset(eventQuiet)
-				case <-quiet.C():
-					break drain
-				case <-limit.C():
-					break drain
-				case <-ctx.Done():
-					quiet.Stop()
-					limit.Stop()
-					return nil
-				}
+			if !dir.waitBurst(ctx, a.clock) {
+				return nil
 			}
-			quiet.Stop()
-			limit.Stop()
 			_ = sync()
 		case err := <-w.Errors:
 			a.log.Error(err, "Pod manifest watch error", "path", dir.path)
@@ -142,13 +130,6 @@ func (a *Agent) syncManifests(ctx context.Context, src *manifestSource) []<-chan
 	}
 	return restarted
 }
-
-// Manifest directory events are acted on once they pause for eventQuiet, or after
-// eventBurstMax.
-const (
-	eventQuiet    = 20 * time.Millisecond
-	eventBurstMax = 250 * time.Millisecond
-)
 
 // dropStaleResults forgets the results of pods that ran before a restart but are no longer in
 // the source: their manifests went away while the agent was down.

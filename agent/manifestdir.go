@@ -1,13 +1,23 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+)
+
+// Manifest directory events are acted on once they pause for eventQuiet, or after
+// eventBurstMax.
+const (
+	eventQuiet    = 20 * time.Millisecond
+	eventBurstMax = 250 * time.Millisecond
 )
 
 // manifestDir tracks whether the pod manifest directory exists and keeps one inotify watch
@@ -100,6 +110,28 @@ func closestExistingAncestor(path string) string {
 		}
 		if next := filepath.Dir(dir); next == dir {
 			return ""
+		}
+	}
+}
+
+// waitBurst is called on a directory event: it waits for the burst of events to end (at most
+// eventBurstMax), so that files moved in together are read, and admitted, together. It
+// returns false when ctx ends first.
+func (d *manifestDir) waitBurst(ctx context.Context, clk clock.Clock) bool {
+	quiet := clk.NewTimer(eventQuiet)
+	defer quiet.Stop()
+	limit := clk.NewTimer(eventBurstMax)
+	defer limit.Stop()
+	for {
+		select {
+		case <-d.w.Events:
+			quiet.Reset(eventQuiet)
+		case <-quiet.C():
+			return true
+		case <-limit.C():
+			return true
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

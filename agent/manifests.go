@@ -80,6 +80,12 @@ type manifestSource struct {
 	// known reports whether a pod with this UID was admitted before a restart and not seen
 	// since (nil: none); see manifestDebounce.
 	known func(types.UID) bool
+	// restored lists, by "namespace/name", the UIDs of the pods admitted before a restart:
+	// the running pods whose files a new source cannot tell (see identity).
+	restored map[string][]types.UID
+	// writers reports a file's stamp and whether a process has it open for writing
+	// (openWriters).
+	writers func(path string) (fileStamp, bool, error)
 }
 
 // manifestFile is what the source knows of one file.
@@ -91,6 +97,8 @@ type manifestFile struct {
 	last    *manifestPod // the last good version: a pod, valid or not
 	// lastHash is the hash of last's content.
 	lastHash [32]byte
+	// pending is the newest content not judged yet (see hold), nil when there is none.
+	pending *pendingContent
 }
 
 // fileStamp identifies one version of a file by its metadata.
@@ -123,7 +131,8 @@ func stampOf(fi os.FileInfo) fileStamp {
 
 func newManifestSource(dir string) *manifestSource {
 	return &manifestSource{dir: dir, files: map[string]*manifestFile{}, owner: map[types.UID]string{},
-		seen: map[string]map[string]bool{}, now: time.Now, read: readManifestFile, debounce: manifestDebounce}
+		seen: map[string]map[string]bool{}, now: time.Now, read: readManifestFile, debounce: manifestDebounce,
+		writers: openWriters}
 }
 
 // readManifests reads every manifest in dir once, as a fresh source's first scan does, except
@@ -254,44 +263,56 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 	f.settled = int64(len(data)) == ofi.Size() && s.now().Sub(stamp.changedAt()) >= manifestSettle
 	hash := sha256.Sum256(data)
 	if f.read && f.hash == hash {
+		f.pending = nil
 		return false, nil // this content was handled, and any problem with it reported
 	}
 	if f.last != nil && f.lastHash == hash {
-		f.hash, f.read = hash, true
+		f.hash, f.read, f.pending = hash, true, nil
 		return false, nil // back to the last good version, after an empty or partial one
 	}
-	var pod *v1.Pod
-	var perr, verr error
-	if len(bytes.TrimSpace(data)) == 0 {
-		perr = fmt.Errorf("pod manifest %s is empty; skipped", path)
-	} else if pod, perr = decodeManifest(data); perr != nil {
-		perr = fmt.Errorf("pod manifest %s: %w", path, perr)
-	} else {
-		verr = validatePod(pod)
+	pc := f.pending
+	if pc == nil || pc.hash != hash {
+		pc = decodeContent(name, path, data, hash)
+		pc.since = s.now()
+		f.pending = pc
 	}
-	// Content that may still be in the writing is judged once the directory has settled (see
-	// manifestDebounce); its hash is not recorded, so the next pass reads it again.
-	known := perr == nil && verr == nil && s.known != nil && s.known(pod.UID)
-	if !known && s.holdBack(stamp) {
+	if s.hold(path, f, stamp, pc) {
+		f.settled = false // read it again on the next pass, however old it is
 		return false, nil
 	}
-	f.hash, f.read = hash, true
-	if perr != nil {
-		return false, perr
+	f.hash, f.read, f.pending = hash, true, nil
+	if pc.err != nil {
+		return false, pc.err
 	}
-	mp := &manifestPod{pod: pod, path: path}
-	if verr != nil {
-		mp.invalid = verr
+	f.last, f.lastHash = pc.mp, hash
+	return false, nil
+}
+
+// decodeContent parses a manifest file's content into the pod it holds, valid or not. A pod
+// that failed validation and whose own UID cannot key it is keyed by the file's name and
+// content.
+func decodeContent(name, path string, data []byte, hash [32]byte) *pendingContent {
+	pc := &pendingContent{hash: hash}
+	if len(bytes.TrimSpace(data)) == 0 {
+		pc.err = fmt.Errorf("pod manifest %s is empty; skipped", path)
+		return pc
+	}
+	pod, err := decodeManifest(data)
+	if err != nil {
+		pc.err = fmt.Errorf("pod manifest %s: %w", path, err)
+		return pc
+	}
+	pc.mp = &manifestPod{pod: pod, path: path}
+	if verr := validatePod(pod); verr != nil {
+		pc.mp.invalid = verr
 		if checkUID(string(pod.UID)) != "" {
-			// The pod's own UID cannot key it; the file's name and content can.
 			p := *pod
 			sum := sha256.Sum256(append([]byte(name+"\x00"), data...))
 			p.UID = types.UID(fmt.Sprintf("invalid-%x", sum[:16]))
-			mp.pod = &p
+			pc.mp.pod = &p
 		}
 	}
-	f.last, f.lastHash = mp, hash
-	return false, nil
+	return pc
 }
 
 // holdBack reports whether new content of a file that changed at stamp must wait for the
@@ -314,9 +335,7 @@ func (s *manifestSource) holdBack(stamp fileStamp) bool {
 	if !now.Before(ready) {
 		return false
 	}
-	if s.retryAt.IsZero() || ready.Before(s.retryAt) {
-		s.retryAt = ready
-	}
+	s.retryBy(ready)
 	return true
 }
 
