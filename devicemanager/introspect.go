@@ -82,20 +82,33 @@ type ResourceView struct {
 // ones, stopped ones within (or past) their grace period, and any whose devices containers
 // still hold. It is sorted by name, changes nothing (unlike GetCapacity it removes no expired
 // resource) and makes no RPC; it is safe for concurrent use and meant for status pages and
-// debugging, so its cost (a copy of the device state) is paid per call.
+// debugging.
+//
+// Its cost under the manager's lock grows with the number of devices only after a device
+// change, and then only by one read of each resource's device sets: views are sorted and
+// built outside the lock, and a call that finds a resource's devices, holders and
+// reservations as the last call left them returns the same DeviceView slice again. The
+// returned views therefore share memory with other calls' and must not be modified.
 func (m *Manager) Resources() []ResourceView {
+	m.views.mu.Lock()
+	defer m.views.mu.Unlock()
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	names := sets.New(m.st.Names()...)
 	for res := range m.endpoints {
 		names.Insert(res)
 	}
 	holders := m.holdersLocked()
 	out := make([]ResourceView, 0, names.Len())
+	reads := make([]deviceRead, 0, names.Len())
 	for _, res := range sets.List(names) {
-		out = append(out, ResourceView{Name: res, Endpoint: m.endpointViewLocked(res), ReplacedStreams: len(m.replaced[res]),
-			Devices: m.deviceViewsLocked(res, holders[res])})
+		out = append(out, ResourceView{Name: res, Endpoint: m.endpointViewLocked(res), ReplacedStreams: len(m.replaced[res])})
+		reads = append(reads, m.readDevicesLocked(&m.views, res, holders[res]))
 	}
+	m.mu.Unlock()
+	for i := range out {
+		out[i].Devices = m.views.views(out[i].Name, reads[i])
+	}
+	m.views.forgetExcept(names)
 	return out
 }
 
@@ -155,39 +168,4 @@ func lessKey(a, b ContainerKey) bool {
 		return a.PodUID < b.PodUID
 	}
 	return a.ContainerName < b.ContainerName
-}
-
-// deviceViewsLocked lists the resource's devices: every device its plugin listed and every
-// device a container holds. Callers hold mu.
-func (m *Manager) deviceViewsLocked(res string, held map[string][]deviceHolder) []DeviceView {
-	ids := sets.New[string]()
-	for id := range m.st.Devices(res) {
-		ids.Insert(id)
-	}
-	healthy, unhealthy := m.st.Healthy(res), m.st.Unhealthy(res)
-	ids = ids.Union(healthy).Union(unhealthy)
-	for id := range held {
-		ids.Insert(id)
-	}
-	out := make([]DeviceView, 0, ids.Len())
-	for _, id := range sets.List(ids) {
-		d := DeviceView{ID: id, Health: DeviceUnknown, NUMANodes: []int64{}, Reserved: m.st.Reserved(res, id)}
-		switch {
-		case healthy.Has(id):
-			d.Health = DeviceHealthy
-		case unhealthy.Has(id):
-			d.Health = DeviceUnhealthy
-		}
-		dev, listed := m.st.Device(res, id)
-		d.NUMANodes = append(d.NUMANodes, dev.NUMANodes...)
-		for _, h := range held[id] {
-			d.Holders = append(d.Holders, h.key)
-			if !listed {
-				d.NUMANodes = append(d.NUMANodes, h.nodes...)
-			}
-		}
-		d.NUMANodes = sets.List(sets.New(d.NUMANodes...))
-		out = append(out, d)
-	}
-	return out
 }

@@ -96,6 +96,10 @@ type Manager struct {
 		active sets.Set[string]
 	}
 
+	// views keeps the device views Resources built, between calls (viewcache.go). Its
+	// mutex is taken before mu.
+	views viewCache
+
 	writeMu       sync.Mutex    // serialises checkpoint writes
 	writeRequests chan struct{} // capacity 1: a coalesced device-list write is wanted
 	// synced is what a restart would read back from the last write whose directory was
