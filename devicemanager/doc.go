@@ -61,6 +61,35 @@
 // containers' devices across a restart, a GetPreferredAllocation fallback); endpoint.Config
 // bounds the plugin RPCs.
 //
+// # Embedding: readiness, logging and restarts
+//
+// WaitForResource blocks until a resource's plugin has registered and sent its first device
+// list; an embedder that must not admit device pods before then (a provider that starts
+// with its plugins) waits for it instead of polling GetCapacity.
+//
+// The manager logs through Config.Logger, a logr.Logger; the zero value falls back to klog's
+// global logger, which writes to stderr. An embedder with its own logging passes its logger
+// (klog.FromContext, a funcr or zapr logger); Config.Registerer likewise decides where the
+// metrics go, and nothing is registered globally.
+//
+// A restart of the embedder (a new Manager on the same PluginDir) is the kubelet's restart:
+//
+//   - Start reads the checkpoint and restores every assignment in it; no plugin is called.
+//     Pass the containers the runtime still runs as Sources.RunningContainers and, if the
+//     embedder keeps its own copy of the assignments (GetContainerAllocations), that copy as
+//     Sources.RecoveredAllocations: it is used only when the checkpoint is missing or
+//     unusable.
+//   - Admit again every pod the embedder keeps, calling Allocate for each container in order,
+//     as the kubelet does when it re-admits its pods after a restart. A container whose
+//     restored assignment matches its request keeps its devices without a plugin call; a
+//     running container listed in RunningContainers keeps them even before its plugin has
+//     registered again, as long as SourcesReady reports false. Do not skip the calls: they
+//     are what tells the manager which restored pods are still wanted.
+//   - Call GetDeviceRunContainerOptions only for containers that are started after the
+//     restart; a running container already has its devices.
+//   - Once SourcesReady reports true, assignments of pods no longer in ActivePods are
+//     released at the next Allocate or UpdateAllocatedDevices.
+//
 // # Concurrency
 //
 // One mutex (mu) guards all device and assignment state and is never held across an RPC or
