@@ -143,7 +143,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registering device manager metrics: %w", err)
 	}
-	return &Manager{
+	m := &Manager{
 		cfg:        cfg,
 		log:        cfg.Logger.WithName("devicemanager"),
 		socketPath: filepath.Join(cfg.PluginDir, KubeletSocketName),
@@ -154,7 +154,11 @@ func New(cfg Config) (*Manager, error) {
 		endpoints:     map[string]endpointInfo{},
 		deviceChange:  make(chan struct{}),
 		writeRequests: make(chan struct{}, 1),
-	}, nil
+	}
+	if err := registerResourceCollector(cfg.Registerer, m); err != nil {
+		return nil, fmt.Errorf("registering device manager metrics: %w", err)
+	}
+	return m, nil
 }
 
 // Policy returns the manager's policy (defaults applied).
