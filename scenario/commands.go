@@ -29,6 +29,9 @@ type Step struct {
 //	kubelet start                      start the manager (first command of every script)
 //	plugin start|stop|restart NAME [devices=N]
 //	plugin rolling-update NAME         a second instance registers, then the first exits
+//	plugin add-instance NAME           a second instance registers on a new socket; the first keeps running
+//	plugin stop-instance NAME SOCKET   the instance serving SOCKET exits; the others keep running
+//	plugin register-again NAME         the newest instance sends a second Register for its own socket
 //	device unhealthy|healthy NAME ID
 //	pod admit NAME gpu=2 | init=gpu:1 sidecar=nic:1 app=gpu:2 ...
 //	pod delete NAME | pod complete NAME
@@ -113,7 +116,7 @@ func (r *Runner) do(cmd string, args []string) ([]string, error) {
 			if err := r.startManager(nil); err != nil {
 				return nil, err
 			}
-			return []string{"kdm started"}, nil
+			return []string{"device manager started"}, nil
 		case "restart":
 			return r.restart(false)
 		}
@@ -125,7 +128,7 @@ func (r *Runner) do(cmd string, args []string) ([]string, error) {
 		return r.pluginCmd(arg(0), arg(1), args[min(2, len(args)):])
 	case "device":
 		p, ok := r.plugins[arg(1)]
-		if !ok || p.inst == nil {
+		if !ok || p.newest() == nil {
 			return nil, fmt.Errorf("plugin %q is not running", arg(1))
 		}
 		health := pluginapi.Unhealthy
@@ -137,8 +140,10 @@ func (r *Runner) do(cmd string, args []string) ([]string, error) {
 				p.devices[i] = &pluginapi.Device{ID: d.ID, Health: health}
 			}
 		}
-		if err := p.inst.SetHealth(arg(2), health); err != nil {
-			return nil, err
+		for _, in := range p.running { // every instance serves the same devices
+			if err := in.inst.SetHealth(arg(2), health); err != nil {
+				return nil, err
+			}
 		}
 		res := r.resource(arg(1))
 		want := int64(0)
@@ -204,11 +209,10 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 		}
 		return []string{fmt.Sprintf("%s registered with %d devices", r.resource(name), len(p.devices))}, nil
 	case "stop":
-		if p == nil || p.inst == nil {
+		if p == nil || p.newest() == nil {
 			return nil, fmt.Errorf("plugin %q is not running", name)
 		}
-		p.inst.Stop()
-		p.inst = nil
+		p.stopAll()
 		if err := r.waitCapacity(r.resource(name), func(_, a int64) bool { return a <= 0 }); err != nil {
 			return nil, err
 		}
@@ -221,24 +225,44 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 		more, err := r.pluginCmd("start", name, nil)
 		return append(out, more...), err
 	case "rolling-update":
-		if p == nil || p.inst == nil {
+		if p == nil || p.newest() == nil {
 			return nil, fmt.Errorf("plugin %q is not running", name)
 		}
-		old := p.inst
+		old := *p.newest()
 		if err := r.startPlugin(p); err != nil {
 			return nil, err
 		}
 		c1, a1 := r.counts(r.resource(name))
-		old.DropStreams()
-		old.Stop()
+		r.forget(p, old.socket)
+		old.inst.DropStreams()
+		old.inst.Stop()
 		if err := r.waitReplacedStreamsClosed(r.resource(name)); err != nil {
 			return nil, err
 		}
 		c2, a2 := r.counts(r.resource(name))
 		return []string{
-			fmt.Sprintf("new instance %s registered while the old one runs: capacity %d, allocatable %d", p.socket, c1, a1),
+			fmt.Sprintf("new instance %s registered while the old one runs: capacity %d, allocatable %d", p.newest().socket, c1, a1),
 			fmt.Sprintf("old instance exited: capacity %d, allocatable %d", c2, a2),
 		}, nil
+	case "add-instance":
+		if p == nil || p.newest() == nil {
+			return nil, fmt.Errorf("plugin %q is not running", name)
+		}
+		prev := p.newest().socket
+		if err := r.startPlugin(p); err != nil {
+			return nil, err
+		}
+		socket := p.newest().socket
+		res := r.resource(name)
+		if err := r.waitEndpoint(res, socket+" serving", func(s string, _ int) bool { return s == socket }); err != nil {
+			return nil, err
+		}
+		c, a := r.counts(res)
+		return []string{fmt.Sprintf("instance %s registered while %s runs: capacity %d, allocatable %d", socket, prev, c, a)}, nil
+	case "stop-instance":
+		return r.stopInstance(p, name, arg0(opts))
+	case "register-again":
+		return r.registerAgain(p, name)
 	}
 	return nil, fmt.Errorf("unknown plugin command %q", verb)
 }
@@ -289,9 +313,8 @@ func (r *Runner) restart(reboot bool) ([]string, error) {
 	var out []string
 	stopped := map[string]bool{}
 	for _, name := range sortedNames(r.plugins) {
-		if p := r.plugins[name]; p.inst != nil {
-			p.inst.Stop()
-			p.inst = nil
+		if p := r.plugins[name]; p.newest() != nil {
+			p.stopAll()
 			stopped[name] = true
 		}
 	}
@@ -319,9 +342,9 @@ func (r *Runner) restart(reboot bool) ([]string, error) {
 		return nil, err
 	}
 	if reboot {
-		out = append(out, "node rebooted: kdm started from the checkpoint; no container is running; plugins are down")
+		out = append(out, "node rebooted: the device manager started from the checkpoint; no container is running; plugins are down")
 	} else {
-		out = append(out, "kdm restarted from the checkpoint; containers keep running")
+		out = append(out, "device manager restarted from the checkpoint; containers keep running")
 	}
 	out = append(out, r.capacityLines()...)
 	for _, name := range r.order {

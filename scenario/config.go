@@ -12,8 +12,9 @@ import (
 // Config describes a Runner. Every field's zero value means the default documented on it; New
 // rejects invalid values with Validate's error.
 type Config struct {
-	// Policy names the device manager policy as devicemanager.ParsePolicy takes it:
-	// "kubelet-1.36" (alias "kubelet") or "kdm". Empty means "kubelet-1.36".
+	// Policy names the device manager policy as devicemanager.ParsePolicy takes it: a
+	// kubelet minor ("kubelet-1.36", "kubelet-1.37", alias "kubelet" for the newest) or
+	// "kdm". Empty means DefaultPolicy.
 	Policy string
 
 	// ScriptDir resolves relative file arguments (checkpoint legacy-v1 FILE). Empty means the
@@ -35,11 +36,15 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// policy returns the policy c.Policy names, the kubelet v1.36's for an empty name (the
-// stories' recorded outcomes were first written under it).
+// DefaultPolicy is the policy a runner uses when Config.Policy is empty: the kubelet v1.36,
+// under which the stories' recorded outcomes were first written. It stays so when a newer
+// kubelet is added, so that a script means the same run whatever kdm supports.
+const DefaultPolicy = "kubelet-1.36"
+
+// policy returns the policy c.Policy names, DefaultPolicy's for an empty name.
 func (c Config) policy() (devicemanager.Policy, error) {
 	if c.Policy == "" {
-		return devicemanager.Kubelet136Policy(), nil
+		return devicemanager.ParsePolicy(DefaultPolicy)
 	}
 	return devicemanager.ParsePolicy(c.Policy)
 }

@@ -3,14 +3,15 @@
 // real device manager and real device plugins over unix sockets, with a fake clock.
 //
 // Scripts use the github.com/cockroachdb/datadriven format (testdata/scenarios/*.txt): each
-// command is followed by the timeline it produced. TestScenarios runs every script under the
-// kubelet-1.36 policy and the kdm policy in lockstep and prints one outcome when both agree,
-// one line per policy when they differ; `go test ./scenario -rewrite` refreshes the files.
+// command is followed by the timeline it produced. TestScenarios runs every script under every
+// policy (Policies: each supported kubelet minor, then kdm) in lockstep and prints one outcome
+// when all agree, each policy's lines under its name when they differ; `go test ./scenario
+// -rewrite` refreshes the files.
 // After every command the runner checks that no device is held by two containers (a regular
 // init container shares with its own pod's later containers, by design).
 //
-// `kdm scenario` prints a script's timeline (--policy), both timelines side by side
-// (--compare), or an SVG with a lane per resource and policy (--svg).
+// `kdm scenario` prints a script's timeline (--policy), every policy's timeline side by side,
+// a column per policy (--compare), or an SVG with a lane per resource and policy (--svg).
 //
 // Admissions run in their own goroutines; the runner reports a deferred admission as waiting
 // (the manager's OnAdmissionDeferred hook) and its outcome once the plugin returns. On a

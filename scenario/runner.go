@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -56,12 +57,37 @@ type Runner struct {
 	settled chan struct{}
 }
 
+// plugin is a device plugin the script names: its devices and the instances of it that run.
 type plugin struct {
 	name    string
 	devices []*pluginapi.Device
-	inst    *deviceplugin.Plugin
-	socket  string
-	serial  int
+	// running are the plugin's running instances, oldest first: one, or more while
+	// `plugin add-instance` started another beside it. Empty while the plugin is down.
+	running []instance
+	serial  int // instances started so far; the next one listens on NAME-<serial+1>.sock
+}
+
+// instance is one running plugin process and the socket file (in the plugin directory) it
+// serves and registers.
+type instance struct {
+	inst   *deviceplugin.Plugin
+	socket string
+}
+
+// newest returns the plugin's most recently started running instance, or nil.
+func (p *plugin) newest() *instance {
+	if len(p.running) == 0 {
+		return nil
+	}
+	return &p.running[len(p.running)-1]
+}
+
+// stopAll stops every running instance of the plugin.
+func (p *plugin) stopAll() {
+	for _, in := range p.running {
+		in.inst.Stop()
+	}
+	p.running = nil
 }
 
 type pod struct {
@@ -105,9 +131,7 @@ func New(cfg Config) (*Runner, error) {
 // Close stops everything and removes the runner's directory.
 func (r *Runner) Close() {
 	for _, p := range r.plugins {
-		if p.inst != nil {
-			p.inst.Stop()
-		}
+		p.stopAll()
 	}
 	if r.m != nil {
 		_ = r.m.Stop()
@@ -176,8 +200,8 @@ func (r *Runner) activePods() []*v1.Pod {
 	return out
 }
 
-// startPlugin starts a new instance of the named plugin and waits until the manager lists its
-// devices.
+// startPlugin starts a new instance of the named plugin on a socket of its own, adds it to the
+// plugin's running instances and waits until the manager lists its devices.
 func (r *Runner) startPlugin(p *plugin) error {
 	p.serial++
 	socket := fmt.Sprintf("%s-%d.sock", p.name, p.serial)
@@ -191,7 +215,7 @@ func (r *Runner) startPlugin(p *plugin) error {
 	if err := inst.Start(context.Background()); err != nil {
 		return err
 	}
-	p.inst, p.socket = inst, socket
+	p.running = append(p.running, instance{inst: inst, socket: socket})
 	healthy := int64(0)
 	for _, d := range p.devices {
 		if d.Health == pluginapi.Healthy {
@@ -242,6 +266,46 @@ func (r *Runner) waitReplacedStreamsClosed(res string) error {
 		case <-changed:
 		case <-timer.C:
 			return fmt.Errorf("%s: %d replaced instance stream(s) still open", res, open)
+		}
+	}
+}
+
+// endpointOf returns the manager's view of the resource: the instance it serves (socket file
+// name, empty when none runs) and how many replaced instances' streams are open.
+func (r *Runner) endpointOf(res string) (socket string, replaced int) {
+	for _, v := range r.m.Resources() {
+		if v.Name == res {
+			if v.Endpoint.State == devicemanager.EndpointRunning {
+				socket = filepath.Base(v.Endpoint.Socket)
+			}
+			return socket, v.ReplacedStreams
+		}
+	}
+	return "", 0
+}
+
+// waitEndpoint waits, on the device-change broadcast, until cond holds for the resource's
+// endpoint (endpointOf) and the instance it serves, if any, has sent its first list.
+func (r *Runner) waitEndpoint(res, what string, cond func(socket string, replaced int) bool) error {
+	timer := time.NewTimer(settle)
+	defer timer.Stop()
+	for {
+		changed := r.m.DeviceChanges()
+		socket, replaced := r.endpointOf(res)
+		listed := socket == ""
+		for _, v := range r.m.Resources() {
+			if v.Name == res && socket != "" {
+				listed = v.Endpoint.Listed
+			}
+		}
+		if cond(socket, replaced) && listed {
+			r.m.WaitForCheckpointWrites()
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return fmt.Errorf("%s: %s did not happen: serving %q, %d replaced instance stream(s) open", res, what, socket, replaced)
 		}
 	}
 }

@@ -12,22 +12,23 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestScenarios replays every script under testdata/scenarios with both policies in lockstep
-// and compares each command's outcome with the script's recorded timeline (-rewrite refreshes
-// it). A command that fails, or a device held by two containers, fails the script.
+// TestScenarios replays every script under testdata/scenarios with every policy (Policies:
+// each supported kubelet, then kdm) in lockstep and compares each command's outcome with the
+// script's recorded timeline (-rewrite refreshes it). A command that fails, or a device held
+// by two containers, fails the script.
 func TestScenarios(t *testing.T) {
+	policies := Policies()
 	datadriven.Walk(t, "../testdata/scenarios", func(t *testing.T, path string) {
 		dir := filepath.Dir(path)
-		kubelet, err := New(Config{Policy: "kubelet-1.36", ScriptDir: dir})
-		if err != nil {
-			t.Fatal(err)
+		runners := make([]*Runner, len(policies))
+		for i, p := range policies {
+			r, err := New(Config{Policy: p, ScriptDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			runners[i] = r
 		}
-		defer kubelet.Close()
-		kdm, err := New(Config{Policy: "kdm", ScriptDir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer kdm.Close()
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			args := strings.Fields(d.Input)
 			if len(d.CmdArgs) > 0 || len(args) == 0 {
@@ -37,39 +38,57 @@ func TestScenarios(t *testing.T) {
 				}
 				args = parts
 			}
-			a, errA := kubelet.Do(d.Cmd, args)
-			b, errB := kdm.Do(d.Cmd, args)
-			if errA != nil {
-				t.Fatalf("%s: kubelet-1.36: %v", d.Pos, errA)
+			steps := make([]Step, len(runners))
+			for i, r := range runners {
+				st, err := r.Do(d.Cmd, args)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", d.Pos, policies[i], err)
+				}
+				steps[i] = st
 			}
-			if errB != nil {
-				t.Fatalf("%s: kdm: %v", d.Pos, errB)
-			}
-			return combined(a, b) + "\n"
+			return combined(policies, steps) + "\n"
 		})
 	})
 }
 
-// TestRunFileAndRender runs one script through the CLI path and renders both views.
+// TestRunFileAndRender runs one script through the CLI path under every policy and renders
+// both views: the side-by-side text has a column per policy and keeps the whole rejection
+// reason, and the SVG a lane per policy.
 func TestRunFileAndRender(t *testing.T) {
 	path := "../testdata/scenarios/node-reboot.txt"
-	a, err := RunFile(path, "kubelet-1.36")
+	tls, err := RunFiles(path, Policies())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := RunFile(path, "kdm")
-	if err != nil {
-		t.Fatal(err)
+	cmp := FormatCompare(0, tls...)
+	for _, want := range []string{"kubelet-1.36", "kubelet-1.37", "kdm", "admitted after waiting", "(deferred admission)"} {
+		if !strings.Contains(cmp, want) {
+			t.Errorf("compare view lacks %q:\n%s", want, cmp)
+		}
 	}
-	cmp := FormatCompare(a, b)
-	if !strings.Contains(cmp, "rejected") || !strings.Contains(cmp, "admitted after waiting") {
-		t.Fatalf("compare view lacks the story:\n%s", cmp)
+	// Wrapped, not cut: the reason reads whole once the column's line breaks are undone.
+	if flat := firstColumn(cmp); !strings.Contains(flat, "no healthy devices present; cannot allocate unhealthy devices example.com/gpu, which is unexpected") {
+		t.Errorf("compare view cuts the rejection reason:\n%s", cmp)
 	}
 	var svg bytes.Buffer
-	if err := RenderSVG(&svg, a, b); err != nil {
+	if err := RenderSVG(&svg, tls...); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(svg.String(), "<svg") || !strings.Contains(svg.String(), "example.com/gpu") || !strings.Contains(svg.String(), "#cf222e") {
-		t.Fatalf("SVG lacks lanes or markers")
+	for _, want := range []string{"<svg", "example.com/gpu", "#cf222e", ">kubelet-1.37<"} {
+		if !strings.Contains(svg.String(), want) {
+			t.Errorf("SVG lacks %q", want)
+		}
 	}
+}
+
+// firstColumn returns the text of the first column of a side-by-side view, its rows joined by
+// single spaces, so that a wrapped line reads whole again.
+func firstColumn(view string) string {
+	var cells []string
+	for _, l := range strings.Split(view, "\n") {
+		if left, _, ok := strings.Cut(l, " | "); ok {
+			cells = append(cells, strings.Fields(left)...)
+		}
+	}
+	return strings.Join(cells, " ")
 }

@@ -3,11 +3,13 @@ package scenario
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // Directive is one command of a script.
@@ -90,61 +92,245 @@ func FormatTimeline(tl *Timeline) string {
 	return b.String()
 }
 
-// FormatCompare prints two timelines of the same script side by side, command by command.
-func FormatCompare(a, b *Timeline) string {
-	var out strings.Builder
-	fmt.Fprintf(&out, "%s: --policy %s (left) and --policy %s (right)\n\n", filepath.Base(a.Script), a.Policy, b.Policy)
-	tw := tabwriter.NewWriter(&out, 0, 4, 3, ' ', 0)
-	for i := 0; i < max(len(a.Steps), len(b.Steps)); i++ {
-		var la, lb []string
-		cmd := ""
-		if i < len(a.Steps) {
-			la, cmd = a.Steps[i].Lines, a.Steps[i].Command
+// DefaultWidth is the width, in characters, FormatCompare fills when given none.
+const DefaultWidth = 120
+
+// Policies returns the policies the scenario runner compares, one column of `kdm scenario
+// --compare` and one prefix of a recorded outcome each: every policy of
+// devicemanager.PolicyNames, each supported kubelet oldest first, then kdm. A new kubelet
+// minor there is a new column here.
+func Policies() []string { return devicemanager.PolicyNames() }
+
+// RunFiles runs a script under each policy in turn and returns the timelines in the same
+// order. The first failure ends it, with RunFile's error.
+func RunFiles(path string, policies []string) ([]*Timeline, error) {
+	out := make([]*Timeline, 0, len(policies))
+	for _, p := range policies {
+		tl, err := RunFile(path, p)
+		if err != nil {
+			return nil, err
 		}
-		if i < len(b.Steps) {
-			lb, cmd = b.Steps[i].Lines, b.Steps[i].Command
-		}
-		fmt.Fprintf(tw, "$ %s\t\n", cmd)
-		for j := 0; j < max(len(la), len(lb)); j++ {
-			left, right := "", ""
-			if j < len(la) {
-				left = la[j]
-			}
-			if j < len(lb) {
-				right = lb[j]
-			}
-			marker := " "
-			if left != right {
-				marker = "|"
-			}
-			fmt.Fprintf(tw, "    %s\t%s %s\n", wrap(left), marker, right)
-		}
+		out = append(out, tl)
 	}
-	_ = tw.Flush()
+	return out, nil
+}
+
+// FormatCompare prints timelines of the same script side by side, command by command, within
+// width characters (DefaultWidth if width is not positive). The lines every timeline shares
+// at the start and at the end of a command's outcome are printed once, across the page; the
+// lines in between, where the policies differ, are printed in one column per timeline under
+// the policies' names. Long lines wrap at spaces, never cut, so a rejection keeps its reason.
+func FormatCompare(width int, timelines ...*Timeline) string {
+	if width <= 0 {
+		width = DefaultWidth
+	}
+	var out strings.Builder
+	if len(timelines) == 0 {
+		return ""
+	}
+	names := make([]string, len(timelines))
+	steps := 0
+	for i, tl := range timelines {
+		names[i] = tl.Policy
+		steps = max(steps, len(tl.Steps))
+	}
+	fmt.Fprintf(&out, "%s under %s\n", filepath.Base(timelines[0].Script), joinNames(names))
+	const indent = "    "
+	sep := " | "
+	colW := max((width-len(indent)-len(sep)*(len(timelines)-1))/len(timelines), 12)
+	for i := 0; i < steps; i++ {
+		cmd := ""
+		lines := make([][]string, len(timelines))
+		for j, tl := range timelines {
+			if i < len(tl.Steps) {
+				cmd, lines[j] = tl.Steps[i].Command, tl.Steps[i].Lines
+			}
+		}
+		fmt.Fprintf(&out, "\n$ %s\n", cmd)
+		head, mid, tail := splitShared(lines)
+		shared := func(ls []string) {
+			for _, l := range ls {
+				for _, w := range wrapText(l, width-len(indent)) {
+					fmt.Fprintf(&out, "%s%s\n", indent, strings.TrimRight(w, " "))
+				}
+			}
+		}
+		shared(head)
+		if mid != nil {
+			writeColumns(&out, indent, sep, colW, names, mid)
+		}
+		shared(tail)
+	}
 	return out.String()
 }
 
-func wrap(s string) string {
-	if len(s) > 90 {
-		return s[:89] + "…"
+// joinNames lists names as prose: "a", "a and b", "a, b and c".
+func joinNames(names []string) string {
+	if len(names) <= 1 {
+		return strings.Join(names, "")
 	}
-	return s
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
-// combined renders one command's outcome under both policies for the datadriven files:
-// identical outcomes once, different ones per policy.
-func combined(a, b Step) string {
-	if strings.Join(a.Lines, "\n") == strings.Join(b.Lines, "\n") {
-		return strings.Join(a.Lines, "\n")
+// splitShared splits each policy's lines of one command into the lines all of them share at
+// the start (head) and at the end (tail), and what is left of each (mid). mid is nil when
+// every policy printed the same lines.
+func splitShared(lines [][]string) (head []string, mid [][]string, tail []string) {
+	same := func(at func(ls []string) (string, bool)) (string, bool) {
+		first, ok := at(lines[0])
+		if !ok {
+			return "", false
+		}
+		for _, ls := range lines[1:] {
+			if l, ok := at(ls); !ok || l != first {
+				return "", false
+			}
+		}
+		return first, true
+	}
+	h := 0
+	for {
+		l, ok := same(func(ls []string) (string, bool) {
+			if h < len(ls) {
+				return ls[h], true
+			}
+			return "", false
+		})
+		if !ok {
+			break
+		}
+		head = append(head, l)
+		h++
+	}
+	shortest := len(lines[0])
+	for _, ls := range lines {
+		shortest = min(shortest, len(ls))
+	}
+	t := 0
+	for t < shortest-h {
+		l, ok := same(func(ls []string) (string, bool) { return ls[len(ls)-1-t], true })
+		if !ok {
+			break
+		}
+		tail = append([]string{l}, tail...)
+		t++
+	}
+	differ := false
+	for _, ls := range lines {
+		rest := ls[h : len(ls)-t]
+		mid = append(mid, rest)
+		differ = differ || len(rest) > 0
+	}
+	if !differ {
+		mid = nil
+	}
+	return head, mid, tail
+}
+
+// writeColumns prints one column per policy, headed by its name: row k holds each policy's
+// k-th line, wrapped within the column, and an empty cell where a policy printed fewer lines.
+func writeColumns(out *strings.Builder, indent, sep string, colW int, names []string, cols [][]string) {
+	row := func(cells [][]string) {
+		height := 0
+		for _, c := range cells {
+			height = max(height, len(c))
+		}
+		for k := 0; k < height; k++ {
+			var b strings.Builder
+			for j, c := range cells {
+				cell := ""
+				if k < len(c) {
+					cell = c[k]
+				}
+				if j > 0 {
+					b.WriteString(sep)
+				}
+				if j < len(cells)-1 {
+					fmt.Fprintf(&b, "%-*s", colW, cell)
+				} else {
+					b.WriteString(cell)
+				}
+			}
+			fmt.Fprintf(out, "%s%s\n", indent, strings.TrimRight(b.String(), " "))
+		}
+	}
+	header := make([][]string, len(names))
+	rule := make([][]string, len(names))
+	for j, n := range names {
+		header[j] = []string{n}
+		rule[j] = []string{strings.Repeat("-", min(len(n), colW))}
+	}
+	row(header)
+	row(rule)
+	rows := 0
+	for _, c := range cols {
+		rows = max(rows, len(c))
+	}
+	for k := 0; k < rows; k++ {
+		cells := make([][]string, len(cols))
+		for j, c := range cols {
+			if k < len(c) {
+				cells[j] = wrapText(c[k], colW)
+			}
+		}
+		row(cells)
+	}
+}
+
+// wrapText breaks s at spaces into lines of at most width characters (runes), the lines after
+// the first indented by two spaces; a word longer than a line is split. Nothing is dropped.
+func wrapText(s string, width int) []string {
+	width = max(width, 8)
+	var out []string
+	line, prefix := "", ""
+	for _, word := range strings.Fields(s) {
+		for {
+			candidate := word
+			if line != "" {
+				candidate = line + " " + word
+			}
+			if utf8.RuneCountInString(prefix+candidate) <= width {
+				line = candidate
+				break
+			}
+			if line != "" {
+				out = append(out, prefix+line)
+				line, prefix = "", "  "
+				continue
+			}
+			// A word longer than a whole line: split it.
+			r := []rune(word)
+			n := width - len(prefix)
+			out = append(out, prefix+string(r[:n]))
+			word, prefix = string(r[n:]), "  "
+		}
+	}
+	if line != "" || len(out) == 0 {
+		out = append(out, prefix+line)
+	}
+	return out
+}
+
+// combined renders one command's outcome under every policy for the datadriven files:
+// identical outcomes once; otherwise each policy's lines, each prefixed with its policy's
+// name, in the order of policies.
+func combined(policies []string, steps []Step) string {
+	same := true
+	for _, st := range steps[1:] {
+		same = same && slices.Equal(st.Lines, steps[0].Lines)
+	}
+	if same {
+		return strings.Join(steps[0].Lines, "\n")
+	}
+	w := 0
+	for _, p := range policies {
+		w = max(w, len(p)+1)
 	}
 	var out []string
-	for _, l := range a.Lines {
-		out = append(out, "kubelet-1.36: "+l)
-	}
-	for _, l := range b.Lines {
-		out = append(out, "kdm:          "+l)
+	for i, st := range steps {
+		for _, l := range st.Lines {
+			out = append(out, fmt.Sprintf("%-*s %s", w, policies[i]+":", l))
+		}
 	}
 	return strings.Join(out, "\n")
 }
-
-var _ io.Writer = (*strings.Builder)(nil)

@@ -5,18 +5,24 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
+	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/scenario"
 )
 
+// runScenario is `kdm scenario`: a script's timeline under one policy, or under every policy
+// side by side (--compare), or drawn as an SVG. The story goes to stdout, once; stderr gets
+// only errors and the name of a written SVG. It exits 1 when the script fails, 2 on bad usage.
 func runScenario(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kdm scenario", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	policy := fs.String("policy", "kubelet-1.36", "kubelet-1.36 (the kubelet's behaviour) or kdm (kdm's improvements)")
-	compare := fs.Bool("compare", false, "run under both policies and print the timelines side by side")
-	svg := fs.String("svg", "", "also draw both timelines as an SVG into `OUT`")
+	policy := fs.String("policy", scenario.DefaultPolicy, scenarioPolicyHelp())
+	compare := fs.Bool("compare", false, "run under every policy ("+strings.Join(scenario.Policies(), ", ")+") and print the timelines side by side, a column per policy")
+	width := fs.Int("width", scenario.DefaultWidth, "with --compare: the width of the page in characters; long lines wrap")
+	svg := fs.String("svg", "", "draw the timelines of every policy as an SVG into `OUT`, a lane per policy and resource")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kdm scenario [--policy P | --compare] [--svg OUT] FILE")
+		fmt.Fprintln(stderr, "usage: kdm scenario [--policy P | --compare [--width N]] [--svg OUT] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -24,6 +30,12 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
+		return 2
+	}
+	policySet := false
+	fs.Visit(func(f *flag.Flag) { policySet = policySet || f.Name == "policy" })
+	if policySet && (*compare || *svg != "") {
+		fmt.Fprintln(stderr, "kdm scenario: --compare and --svg run every policy; --policy goes without them")
 		return 2
 	}
 	file := fs.Arg(0)
@@ -38,33 +50,45 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	a, errA := scenario.RunFile(file, "kubelet-1.36")
-	b, errB := scenario.RunFile(file, "kdm")
-	for _, err := range []error{errA, errB} {
-		if err != nil {
-			fmt.Fprintf(stderr, "kdm scenario: %v\n", err)
-			return 1
-		}
+	timelines, err := scenario.RunFiles(file, scenario.Policies())
+	if err != nil {
+		fmt.Fprintf(stderr, "kdm scenario: %v\n", err)
+		return 1
 	}
 	if *compare {
-		fmt.Fprint(stdout, scenario.FormatCompare(a, b))
+		fmt.Fprint(stdout, scenario.FormatCompare(*width, timelines...))
 	}
 	if *svg != "" {
-		f, err := os.Create(*svg)
-		if err != nil {
-			fmt.Fprintf(stderr, "kdm scenario: %v\n", err)
-			return 1
-		}
-		if err := scenario.RenderSVG(f, a, b); err != nil {
-			_ = f.Close()
-			fmt.Fprintf(stderr, "kdm scenario: %v\n", err)
-			return 1
-		}
-		if err := f.Close(); err != nil {
+		if err := writeSVG(*svg, timelines); err != nil {
 			fmt.Fprintf(stderr, "kdm scenario: %v\n", err)
 			return 1
 		}
 		fmt.Fprintf(stderr, "kdm scenario: wrote %s\n", *svg)
 	}
 	return 0
+}
+
+// writeSVG draws timelines into the file at path.
+func writeSVG(path string, timelines []*scenario.Timeline) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := scenario.RenderSVG(f, timelines...); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// scenarioPolicyHelp describes --policy from the supported kubelets' table, so that a new
+// kubelet minor is listed without a change here.
+func scenarioPolicyHelp() string {
+	var kubelets []string
+	for _, v := range devicemanager.KubeletVersions() {
+		kubelets = append(kubelets, v.Name)
+	}
+	return fmt.Sprintf("the policy to replay under: %s (alias %s: the newest) replays that kubelet's device manager; %s adds deferred admission and kdm's other improvements. "+
+		"The default is %s, the policy the stories were first recorded under",
+		strings.Join(kubelets, " or "), devicemanager.KubeletAlias, devicemanager.KDMPolicyName, scenario.DefaultPolicy)
 }

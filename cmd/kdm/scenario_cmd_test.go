@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 func TestScenarioCommand(t *testing.T) {
@@ -32,4 +34,78 @@ func TestScenarioCommand(t *testing.T) {
 	if code := run([]string{"scenario", "--policy", "nope", script}, &out, &errOut); code != 1 {
 		t.Fatalf("unknown policy: exit %d", code)
 	}
+}
+
+// TestScenarioCompareOnce: --compare prints the story once, on stdout, with a column headed
+// by each policy devicemanager lists; stderr stays empty. A rejection's reason is wrapped,
+// not cut, and `kubelet start` is not reported as kdm's start in a kubelet's column.
+func TestScenarioCompareOnce(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"scenario", "--compare", "--width", "100", "../../testdata/scenarios/node-reboot.txt"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if errOut.Len() != 0 {
+		t.Errorf("--compare wrote to stderr too:\n%s", errOut.String())
+	}
+	got := out.String()
+	if n := strings.Count(got, "$ node reboot"); n != 1 {
+		t.Errorf("the story is printed %d times, want once:\n%s", n, got)
+	}
+	header := ""
+	for _, l := range strings.Split(got, "\n") {
+		if strings.Contains(l, "|") && strings.Contains(l, devicemanager.KDMPolicyName) && !strings.Contains(l, "p1") {
+			header = l
+			break
+		}
+	}
+	for _, p := range devicemanager.PolicyNames() {
+		if !strings.Contains(header, p) {
+			t.Errorf("the columns' header %q lacks the policy %s", header, p)
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if len([]rune(l)) > 100 {
+			t.Errorf("line wider than --width 100: %q", l)
+		}
+		if strings.Contains(l, "…") {
+			t.Errorf("line cut: %q", l)
+		}
+	}
+	if strings.Contains(got, "kdm started") {
+		t.Errorf("kubelet start reported as kdm's start:\n%s", got)
+	}
+	if flat := firstColumn(got); !strings.Contains(flat, "no healthy devices present; cannot allocate unhealthy devices example.com/gpu, which is unexpected") {
+		t.Errorf("the rejection reason is cut:\n%s", got)
+	}
+}
+
+// TestScenarioUsage: --policy's help names every policy devicemanager lists and the default;
+// --policy with --compare is refused as bad usage.
+func TestScenarioUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"scenario", "--help"}, &out, &errOut); code != 2 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	help := strings.Join(strings.Fields(errOut.String()), " ")
+	for _, p := range append(devicemanager.PolicyNames(), devicemanager.KubeletAlias, "default is kubelet-1.36") {
+		if !strings.Contains(help, p) {
+			t.Errorf("help lacks %q:\n%s", p, errOut.String())
+		}
+	}
+	errOut.Reset()
+	if code := run([]string{"scenario", "--compare", "--policy", "kdm", "x.txt"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--policy goes without them") {
+		t.Fatalf("--compare with --policy: exit %d, %s", code, errOut.String())
+	}
+}
+
+// firstColumn returns the text of the first column of a side-by-side view, its rows joined by
+// single spaces, so that a wrapped line reads whole again.
+func firstColumn(view string) string {
+	var cells []string
+	for _, l := range strings.Split(view, "\n") {
+		if left, _, ok := strings.Cut(l, " | "); ok {
+			cells = append(cells, strings.Fields(left)...)
+		}
+	}
+	return strings.Join(cells, " ")
 }
