@@ -15,6 +15,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // inspectedEntry is one checkpoint entry with its allocation response decoded.
@@ -34,6 +35,16 @@ type inspected struct {
 	Checksum          uint32              `json:"checksum"`
 	Entries           []inspectedEntry    `json:"entries"`
 	RegisteredDevices map[string][]string `json:"registeredDevices"`
+	// Contested are the devices that entries of more than one pod name: records that
+	// disagree, which kdm keeps held for every claimant (see state.Contest).
+	Contested []inspectedContest `json:"contested,omitempty"`
+}
+
+// inspectedContest is one device that entries of several pods name.
+type inspectedContest struct {
+	ResourceName string   `json:"resourceName"`
+	DeviceID     string   `json:"deviceID"`
+	PodUIDs      []string `json:"podUIDs"`
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) int {
@@ -115,6 +126,9 @@ func describe(file string, d *checkpoint.Data, layout checkpoint.Layout) *inspec
 			}
 		}
 		out.Entries = append(out.Entries, ie)
+	}
+	for _, c := range state.FindContests(s.PodDeviceEntries) {
+		out.Contested = append(out.Contested, inspectedContest{ResourceName: c.Resource, DeviceID: c.DeviceID, PodUIDs: c.PodUIDs})
 	}
 	return out
 }

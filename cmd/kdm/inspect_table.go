@@ -129,6 +129,7 @@ func printWide(w io.Writer, in *inspected) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
+	printContested(w, in)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RESOURCE\tHEALTHY\tDEVICES")
 	for _, res := range sortedStrings(in.RegisteredDevices) {
@@ -181,10 +182,25 @@ func printFitted(w io.Writer, in *inspected, cols int) {
 	if len(rows) > 0 {
 		fmt.Fprintln(w)
 	}
+	printContested(w, in)
 	printRegisteredWrapped(w, in.RegisteredDevices, cols)
 	if cut {
 		fmt.Fprintf(w, "\n(cells ending in %s are abbreviated to fit %d columns; kdm inspect --wide prints them in full)\n", ellipsis, cols)
 	}
+}
+
+// printContested lists the devices that entries of more than one pod name, one per line, with
+// what kdm does about them; nothing when there are none.
+func printContested(w io.Writer, in *inspected) {
+	if len(in.Contested) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "CONTESTED: %d devices are named by more than one pod; kdm keeps each held for all of them\n", len(in.Contested))
+	fmt.Fprintln(w, "and allocates it to no other pod until one is left (delete the pod that should not hold it)")
+	for _, c := range in.Contested {
+		fmt.Fprintf(w, "  %s %s: pods %s\n", display(c.ResourceName), display(c.DeviceID), strings.Join(displayAll(c.PodUIDs), ", "))
+	}
+	fmt.Fprintln(w)
 }
 
 // fitColumns returns one width per column: each column's widest cell, then, while the row (with

@@ -212,3 +212,36 @@ func TestInspectFitsTerminal(t *testing.T) {
 		t.Errorf("--width 20: exit %d, want 2", code)
 	}
 }
+
+// TestInspectReportsContestedDevices: a checkpoint whose entries name one device under two
+// pods (records that disagreed when kdm recovered them) lists the device and both pods, in the
+// table and in JSON; a checkpoint without such a device prints no such section.
+func TestInspectReportsContestedDevices(t *testing.T) {
+	entry := func(pod, id string) checkpoint.PodDevicesEntry {
+		return checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: "main", ResourceName: "nvidia.com/gpu",
+			DeviceIDs: checkpoint.DevicesPerNUMA{0: {id}}, AllocResp: []byte{}}
+	}
+	file := writeCheckpoint(t, &checkpoint.Data{PodDeviceEntries: []checkpoint.PodDevicesEntry{
+		entry("pod-a", "GPU-1"), entry("pod-b", "GPU-1"), entry("pod-b", "GPU-2"),
+	}})
+	for _, args := range [][]string{{file}, {"--wide", file}} {
+		code, out, errOut := inspect(t, args...)
+		if code != 0 {
+			t.Fatalf("inspect %v: exit %d: %s", args, code, errOut)
+		}
+		if !strings.Contains(out, "CONTESTED: 1 devices") || !strings.Contains(out, "nvidia.com/gpu GPU-1: pods pod-a, pod-b") {
+			t.Fatalf("inspect %v does not report GPU-1 contested by pod-a and pod-b:\n%s", args, out)
+		}
+	}
+	code, out, _ := inspect(t, "--json", file)
+	var got inspected
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got.Contested) != 1 ||
+		got.Contested[0].DeviceID != "GPU-1" || strings.Join(got.Contested[0].PodUIDs, ",") != "pod-a,pod-b" {
+		t.Fatalf("--json contested = %+v (exit %d), want GPU-1 by pod-a and pod-b", got.Contested, code)
+	}
+
+	plain := writeCheckpoint(t, &checkpoint.Data{PodDeviceEntries: []checkpoint.PodDevicesEntry{entry("pod-a", "GPU-1")}})
+	if _, out, _ := inspect(t, plain); strings.Contains(out, "CONTESTED") {
+		t.Fatalf("a checkpoint without a contested device reports one:\n%s", out)
+	}
+}
