@@ -437,3 +437,155 @@ func TestStatusPageManyDevices(t *testing.T) {
 	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile, chromedp.EmulateTouch))
 	assertNoOverflow(t, b)
 }
+
+// hostileView is what TestStatusPageHostileNames reads from the page: the text a person sees,
+// where the hostile pod, device and event are drawn, and the layout's widths.
+type hostileView struct {
+	Body      string   `json:"body"`      // document.body.innerText
+	Title     string   `json:"title"`     // document.title
+	Pod       string   `json:"pod"`       // the text of the card whose data-pod is the bidi pod
+	Device    string   `json:"device"`    // the text of the tile whose data-id is the bidi device
+	Subjects  []string `json:"subjects"`  // the events' subjects, as shown
+	LongPod   bool     `json:"longPod"`   // the 10 KB pod's card is drawn
+	LongEvent bool     `json:"longEvent"` // an event names the 10 KB pod
+	// Overflow lists the elements of the pods and events columns that reach past their
+	// column or the viewport, with their right edges; Scroll is the page's scroll width
+	// and Width the viewport's.
+	Overflow []string `json:"overflow"`
+	Scroll   int      `json:"scroll"`
+	Width    int      `json:"width"`
+}
+
+const hostileViewJS = `((pod, device, long) => {
+  const cards = [...document.querySelectorAll(".pod")];
+  const card = cards.find((p) => p.dataset.pod === pod);
+  const tile = [...document.querySelectorAll(".dev")].find((d) => d.dataset.id === device);
+  const subjects = [...document.querySelectorAll("#events .subject")].map((s) => s.textContent);
+  // The right edge of what can be seen of e: ancestors that clip their overflow cut it.
+  const seenRight = (e, col) => {
+    let right = e.getBoundingClientRect().right;
+    for (let a = e.parentElement; a && a !== col; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== "visible") right = Math.min(right, a.getBoundingClientRect().right);
+    }
+    return right;
+  };
+  const overflow = [];
+  for (const col of ["pods-section", "events-section"]) {
+    const c = document.getElementById(col);
+    const edge = Math.min(c.getBoundingClientRect().right, window.innerWidth) + 1;
+    for (const e of [c, ...c.querySelectorAll("*")]) {
+      const right = seenRight(e, c);
+      if (e.getBoundingClientRect().width > 0 && right > edge) overflow.push(col + " " + e.tagName + "." + e.className + " right " + Math.round(right) + " > " + Math.round(edge));
+    }
+  }
+  return {
+    body: document.body.innerText, title: document.title,
+    pod: card ? card.innerText : "", device: tile ? tile.innerText : "", subjects,
+    longPod: cards.some((p) => p.dataset.pod.length > 10000),
+    longEvent: subjects.some((s) => s.length > 10000),
+    overflow: overflow.slice(0, 10), scroll: document.documentElement.scrollWidth, width: window.innerWidth,
+  };
+})(%s, %s, %s)`
+
+// TestStatusPageHostileNames (issue 30 item 9): names and device IDs holding bidi controls
+// (U+202E turns "evil\u202egpj.exe" into what reads "evilexe.jpg") are shown escaped, never
+// raw, in the pod cards, the device grid and the events; and a pod with a 10 KB name neither
+// widens the pods or events column nor the page, on a desktop or a phone.
+func TestStatusPageHostileNames(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives headless Chromium; run by make test")
+	}
+	const (
+		resource  = "example.com/bidi"
+		bidiPod   = "evil\u202egpj.exe"
+		bidiID    = "dev\u202e1"
+		bidiShown = `evil\u202egpj.exe`
+		idShown   = `dev\u202e1`
+	)
+	long := strings.Repeat("a", 10240)
+	b := newBrowser(t, 1280, 900, 90*time.Second)
+	b.resource = resource
+	n := newNode(t)
+	n.startKdm()
+	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: resource, PluginDir: n.pluginDir,
+		Devices: []*pluginapi.Device{{ID: bidiID, Health: pluginapi.Healthy}, {ID: "plain", Health: pluginapi.Healthy}},
+		Logger:  ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := plugin.Start(ctx); err != nil {
+		t.Fatalf("starting the plugin: %v", err)
+	}
+	t.Cleanup(plugin.Stop)
+	n.eventually("the device list", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == 2 })
+	n.placeManifest("holder.yaml", podManifest("holder", uidOf("holder"), fmt.Sprintf("      limits:\n        %s: 2\n", resource)))
+	n.placeManifest("bidi.yaml", podManifest(bidiPod, uidOf("bidi"), ""))
+	n.placeManifest("long.yaml", podManifest(long, uidOf("long"), ""))
+	n.eventually("the three pods' results", func(st agent.NodeStatus) bool {
+		h := pod(st, "holder")
+		return h != nil && h.Phase == agent.PhaseAdmitted && pod(st, bidiPod) != nil && pod(st, long) != nil
+	})
+
+	b.do(chromedp.Navigate("http://" + n.healthAddr + "/"))
+	read := func(what string, cond func(hostileView) bool) hostileView {
+		t.Helper()
+		js := fmt.Sprintf(hostileViewJS, strconv.Quote("e2e/"+bidiPod), strconv.Quote(bidiID), strconv.Quote(long))
+		start := time.Now()
+		var last hostileView
+		for time.Since(start) < 10*time.Second {
+			rctx, rcancel := context.WithTimeout(b.ctx, 5*time.Second)
+			v, err := chromedp.Run(rctx, chromedp.Evaluate[hostileView](js))
+			rcancel()
+			if err == nil {
+				last = v
+				if cond(v) {
+					return v
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		last.Body = tail(last.Body, 2000)
+		js2, _ := json.MarshalIndent(last, "", "  ")
+		t.Fatalf("the page did not show %s within 10s; last view: %s", what, js2)
+		return last
+	}
+	drawn := func(v hostileView) bool { return v.Pod != "" && v.Device != "" && v.LongPod && v.LongEvent }
+	v := read("the hostile pods, device and events", drawn)
+
+	hidden := regexp.MustCompile("[\u200b-\u200f\u202a-\u202e\u2066-\u2069\u061c\ufeff]")
+	if loc := hidden.FindStringIndex(v.Body + v.Title); loc != nil {
+		t.Errorf("the page shows a bidi or invisible control character raw: %q", (v.Body + v.Title)[max(0, loc[0]-20):min(len(v.Body+v.Title), loc[1]+20)])
+	}
+	if !strings.Contains(v.Pod, bidiShown) {
+		t.Errorf("the bidi pod's card reads %q, want its name escaped as %s", v.Pod, bidiShown)
+	}
+	if !strings.Contains(v.Device, idShown) {
+		t.Errorf("the bidi device's tile reads %q, want its ID escaped as %s", v.Device, idShown)
+	}
+	if !slices.ContainsFunc(v.Subjects, func(s string) bool { return strings.Contains(s, bidiShown) }) {
+		t.Errorf("no event subject shows the bidi pod escaped as %s: %q", bidiShown, v.Subjects)
+	}
+	if pv, err := b.view(); err != nil {
+		t.Fatal(err)
+	} else if h := pv.pod("e2e/holder"); !strings.Contains(h.Text, idShown) {
+		t.Errorf("the holder pod's card reads %q, want its device %s", h.Text, idShown)
+	}
+
+	for _, vp := range []struct {
+		name string
+		emu  chromedp.Action[chromedp.Void]
+	}{
+		{"desktop", chromedp.EmulateViewport(1280, 900)},
+		{"phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile, chromedp.EmulateTouch)},
+	} {
+		b.do(vp.emu)
+		v := read("the hostile pods on the "+vp.name, drawn)
+		if len(v.Overflow) > 0 || v.Scroll > v.Width {
+			t.Errorf("on the %s the 10 KB name overflows: page %d px wide in a %d px viewport; elements past their column: %q",
+				vp.name, v.Scroll, v.Width, v.Overflow)
+		}
+	}
+}

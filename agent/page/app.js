@@ -14,17 +14,30 @@
   let current = null;      // the last state
   const shown = {};        // section id -> HTML last written, to skip identical redraws
 
+  // esc makes s safe as HTML text or a quoted attribute value. Values the page looks up
+  // again (data-id, data-resource, data-pod) go through esc alone; text shown to a person
+  // goes through txt.
   function esc(s) {
     return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
   }
-  // Device IDs may hold control characters (smarter-device-manager uses "\u0000"): show them
-  // escaped the way Go's %q does.
-  function showID(s) {
-    return String(s).replace(/[\u0000-\u001f\u007f]/g, (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+  // Characters that are invisible or reorder the text around them: C0 and C1 controls, DEL,
+  // and the Unicode format characters that steer bidirectional text (U+202E makes
+  // "evil\u202Egpj.exe" read "evilexe.jpg"), zero-width ones, line and paragraph separators
+  // and the byte order mark.
+  const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\ufff9-\ufffb]/g;
+  // visible returns s with every HIDDEN character escaped, as \x00 or \u202e, so that names
+  // and device IDs (smarter-device-manager uses "\u0000") read as what they are.
+  function visible(s) {
+    return String(s).replace(HIDDEN, (c) => {
+      const n = c.charCodeAt(0);
+      return n < 0x80 ? "\\x" + n.toString(16).padStart(2, "0") : "\\u" + n.toString(16).padStart(4, "0");
+    });
   }
+  // txt is esc(visible(s)): text from the state, shown to a person.
+  function txt(s) { return esc(visible(s)); }
   // A long ID keeps its start and its end, where IDs of one vendor differ (GPU-a100a100-…-000000000003).
   function shortID(s) {
-    s = showID(s);
+    s = visible(s);
     return s.length > 16 ? s.slice(0, 8) + "…" + s.slice(-7) : s;
   }
   function badge(v) { return `<span class="badge" data-v="${esc(v)}">${esc(v)}</span>`; }
@@ -71,12 +84,12 @@
       detail = "no plugin; devices still held by containers";
     }
     let html = `<article class="resource" data-resource="${esc(r.name)}" data-state="${esc(state)}">`;
-    html += `<div class="res-head"><h3>${esc(r.name)}</h3>${badge(state)}<span class="ep-detail">${detail}</span></div>`;
+    html += `<div class="res-head"><h3>${txt(r.name)}</h3>${badge(state)}<span class="ep-detail">${detail}</span></div>`;
     html += `<div class="numbers"><div><b class="cap">${r.capacity}</b>capacity</div>` +
       `<div><b class="alloc">${r.allocatable}</b>allocatable</div>` +
       `<div><b class="held-count">${held}</b>assigned</div>` +
       `<div><b class="bad-count">${unhealthy}</b>not healthy</div></div>`;
-    if (ep.socket) html += `<div class="socket">socket ${esc(ep.socket)}</div>`;
+    if (ep.socket) html += `<div class="socket">socket ${txt(ep.socket)}</div>`;
     if (devs.length > 0) {
       html += `<div class="legend"><span class="l-free">free</span><span class="l-held">assigned</span>` +
         `<span class="l-bad">unhealthy</span><span class="l-unknown">unknown</span></div>`;
@@ -112,12 +125,13 @@
     if (selected && selected.resource === resource && selected.id === d.id) classes.push("selected");
     const numa = d.numa && d.numa.length ? `NUMA ${d.numa.join(", ")}` : "";
     const state = numa ? `${d.health} · ${numa}` : d.health;
-    const title = `${showID(d.id)}\n${numa ? state : d.health + " · no NUMA node"}\n${holders.length ? holders.join("\n") : d.reserved ? "being allocated" : "free"}`;
+    const title = [d.id, numa ? state : d.health + " · no NUMA node", ...(holders.length ? holders : [d.reserved ? "being allocated" : "free"])]
+      .map(visible).join("\n");
     return `<div class="${classes.join(" ")}" tabindex="0" data-id="${esc(d.id)}" data-health="${esc(d.health)}"` +
       ` data-holder="${esc(holders.join("; "))}" title="${esc(title)}">` +
       `<span class="dev-id">${esc(shortID(d.id))}</span>` +
-      `<span class="dev-numa">${esc(state)}</span>` +
-      `<span class="dev-holder">${esc(holders.length ? holders.join(", ") : d.reserved ? "being allocated" : "free")}</span></div>`;
+      `<span class="dev-numa">${txt(state)}</span>` +
+      `<span class="dev-holder">${txt(holders.length ? holders.join(", ") : d.reserved ? "being allocated" : "free")}</span></div>`;
   }
 
   function renderPods(st) {
@@ -133,27 +147,27 @@
       for (const c of p.containers || []) {
         const kind = c.sidecar ? " (sidecar)" : c.init ? " (init)" : "";
         const devs = Object.keys(c.devices || {}).sort().map((res) => {
-          const ids = c.devices[res].map(showID);
+          const ids = c.devices[res].map(visible);
           const more = ids.length > IDS_SHOWN ? ` … (${ids.length} in all)` : "";
-          return `<span title="${esc(ids.join(", "))}">${esc(res)}: ${esc(ids.slice(0, IDS_SHOWN).join(", "))}${more}</span>`;
+          return `<span title="${esc(ids.join(", "))}">${txt(res)}: ${esc(ids.slice(0, IDS_SHOWN).join(", "))}${more}</span>`;
         }).join("; ");
-        body += `<div class="ctr"><span class="ctr-name">${esc(c.name)}</span>${kind} ` +
+        body += `<div class="ctr"><span class="ctr-name">${txt(c.name)}</span>${kind} ` +
           `<span class="devs">${devs || "no devices"}</span></div>`;
       }
     } else if (p.phase === "Pending") {
       if (p.waiting) {
-        body += `<div class="wait">container <b>${esc(p.waiting.container)}</b> waits for the device plugin of ` +
-          `<b class="wait-resource">${esc(p.waiting.resource)}</b>; gives up in ${countdown(p.waiting.remainingMs)} ` +
+        body += `<div class="wait">container <b>${txt(p.waiting.container)}</b> waits for the device plugin of ` +
+          `<b class="wait-resource">${txt(p.waiting.resource)}</b>; gives up in ${countdown(p.waiting.remainingMs)} ` +
           `(at ${esc(clock(p.waiting.deadline))})</div>`;
       } else {
-        body += `<div class="msg">${esc(p.message || "")}</div>`;
+        body += `<div class="msg">${txt(p.message || "")}</div>`;
       }
     } else {
-      body += `<div><span class="reason">${esc(p.reason || "")}</span> <span class="msg">${esc(p.message || "")}</span></div>`;
+      body += `<div><span class="reason">${txt(p.reason || "")}</span> <span class="msg">${txt(p.message || "")}</span></div>`;
     }
-    if (p.warning) body += `<div class="warning">${esc(p.warning)}</div>`;
+    if (p.warning) body += `<div class="warning">${txt(p.warning)}</div>`;
     return `<div class="pod" data-pod="${esc(name)}" data-phase="${esc(p.phase)}">` +
-      `<div class="pod-head"><span class="pod-name">${esc(name)}</span>${badge(p.phase)}</div>` +
+      `<div class="pod-head"><span class="pod-name" title="${txt(name)}">${txt(name)}</span>${badge(p.phase)}</div>` +
       `<div class="pod-body">${body}</div></div>`;
   }
 
@@ -164,8 +178,8 @@
     return setHTML("events", st.events.slice(0, EVENTS_SHOWN).map((e) => {
       const subject = e.pod || e.resource || "";
       return `<li data-kind="${esc(e.kind)}"><time datetime="${esc(e.time)}">${esc(clock(e.time))}</time>` +
-        `<span>${badge(e.kind)} <span class="subject">${esc(subject)}</span></span>` +
-        `<span class="ev-text">${esc(e.message)}</span></li>`;
+        `<span>${badge(e.kind)} <span class="subject" title="${txt(subject)}">${txt(subject)}</span></span>` +
+        `<span class="ev-text">${txt(e.message)}</span></li>`;
     }).join("") + more);
   }
 
@@ -177,14 +191,14 @@
     const p = [...document.querySelectorAll(".selected-detail")].find((x) => x.dataset.for === selected.resource);
     if (!d || !p) return;
     const holders = (d.holders || []).map(holderText);
-    p.textContent = `${showID(d.id)} — ${d.health}, ${d.numa && d.numa.length ? "NUMA " + d.numa.join(", ") : "no NUMA node"}, ` +
-      (holders.length ? "held by " + holders.join(", ") : d.reserved ? "being allocated" : "free");
+    p.textContent = visible(`${d.id} — ${d.health}, ${d.numa && d.numa.length ? "NUMA " + d.numa.join(", ") : "no NUMA node"}, ` +
+      (holders.length ? "held by " + holders.join(", ") : d.reserved ? "being allocated" : "free"));
   }
 
   function render(st) {
     current = st;
-    $("node").textContent = st.node || "";
-    document.title = `kdm${st.node ? " · " + st.node : ""} · node status`;
+    $("node").textContent = visible(st.node || "");
+    document.title = `kdm${st.node ? " · " + visible(st.node) : ""} · node status`;
     renderResources(st);
     renderPods(st);
     renderEvents(st);
