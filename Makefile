@@ -80,13 +80,14 @@ bench-compare:
 	cd test/upstreambench && $(GO) run ./cmd/benchcompare -rounds $${BENCH_ROUNDS:-5} -benchtime $(BENCHTIME) -out ../../docs/benchmarks.md
 
 ## explore: 100,000 random runs of the simulated node under --policy kdm, and every run of every
-## story in testdata/scenarios under both policies (docs/explore.md). About two minutes.
+## story in testdata/scenarios under every policy (docs/explore.md). About two minutes.
 EXPLORE_SEEDS ?= 100000
+EXPLORE_POLICIES ?= kubelet-1.36 kubelet-1.37 kdm
 explore:
 	$(GO) build -o $(BIN)/kdm ./cmd/kdm
 	$(BIN)/kdm explore --policy kdm --seeds $(EXPLORE_SEEDS)
 	@for s in testdata/scenarios/*.txt; do \
-	  for p in kubelet-1.36 kdm; do \
+	  for p in $(EXPLORE_POLICIES); do \
 	    out=$$($(BIN)/kdm explore --policy $$p --story $$s --exhaustive 2>&1 >/dev/null | tail -1); echo "$$s $$out"; \
 	  done; \
 	done

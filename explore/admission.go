@@ -221,10 +221,11 @@ func (w *world) preferred(res string) state.PreferredFunc {
 	}
 }
 
-// pluginServing returns the live plugin whose registration is the resource's current one.
+// pluginServing returns the live plugin one of whose open registrations is the resource's
+// current one.
 func (w *world) pluginServing(res string) *simPlugin {
 	for _, p := range w.plugins {
-		if p.resource() == res && p.alive && p.instance != 0 && w.current[res] == p.instance {
+		if p.resource() == res && p.alive && p.isOpen(w.current[res]) {
 			return p
 		}
 	}
@@ -250,7 +251,7 @@ func (w *world) stepAllocate(a *admission) {
 	pk.devices = devs
 	pk.resp = &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
 		"KDM_DEVICES":  sortedIDs(pk.ids),
-		"KDM_INSTANCE": fmt.Sprint(p.instance),
+		"KDM_INSTANCE": fmt.Sprint(w.current[pk.resource]),
 	}}
 	a.ri++
 	a.stage = stageSelect

@@ -2,6 +2,7 @@ package explore
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,10 @@ import (
 //
 //	plugin-start NAME devices=N   plugin start NAME devices=N
 //	plugin-stop NAME              plugin stop NAME
-//	plugin-rolling-update NAME    plugin rolling-update NAME (registers twice in a row)
+//	plugin-rolling-update NAME    plugin rolling-update NAME (a new process registers, then the old one exits)
+//	plugin-add-instance NAME      plugin add-instance NAME (a new process registers; the others keep running)
+//	plugin-stop-instance NAME S   plugin stop-instance NAME NAME-S.sock (the process serving that socket exits)
+//	plugin-register-again NAME    plugin register-again NAME (the newest process registers its socket again)
 //	device-unhealthy NAME ID      device unhealthy NAME ID (and device-healthy)
 //	device-add NAME, device-remove NAME ID   (no scenario line: printed as a comment)
 //	pod-admit NAME SPEC...        pod admit NAME SPEC...
@@ -105,7 +109,7 @@ func (w *world) runTask(id string) bool {
 				return true
 			}
 			if t.kind == taskRegister {
-				w.connect(p)
+				w.connect(p, p.newSocket()) // the scenario runner restarts the process on a new socket
 				w.note("%s plugin registered again", p.resource())
 			} else if p.instance == t.instance {
 				w.sendList(p)
@@ -140,7 +144,7 @@ func (w *world) apply(e *Event) {
 			w.stopPlugin(p)
 		}
 		p.alive = true
-		w.connect(p)
+		w.connect(p, p.newSocket())
 		w.note("%s registered with %d devices", p.resource(), len(p.devices))
 	case "plugin-stop":
 		if p := w.plugins[e.Name]; p != nil && p.alive {
@@ -149,8 +153,33 @@ func (w *world) apply(e *Event) {
 		}
 	case "plugin-rolling-update":
 		if p := w.plugins[e.Name]; p != nil && p.alive {
-			w.connect(p) // the new instance registers while the old one runs; the old one's stream stays open and is ignored
-			w.note("%s registered twice in a row", p.resource())
+			old := p.newestSocket()
+			w.connect(p, p.newSocket())
+			if old != 0 {
+				w.closeSocket(p, old)
+			}
+			w.note("%s: a new instance registered, then the old one exited", p.resource())
+		}
+	case "plugin-add-instance":
+		if p := w.plugins[e.Name]; p != nil && p.alive {
+			w.connect(p, p.newSocket())
+			w.note("%s: a new instance registered while the others run", p.resource())
+		}
+	case "plugin-stop-instance":
+		if p := w.plugins[e.Name]; p != nil && p.alive && len(e.Args) == 1 {
+			if n, ok := socketNumber(e.Name, e.Args[0]); ok && slices.ContainsFunc(p.open, func(c conn) bool { return c.socket == n }) {
+				w.closeSocket(p, n)
+				w.note("%s: the instance on %s exited", p.resource(), e.Args[0])
+			}
+		}
+	case "plugin-register-again":
+		if p := w.plugins[e.Name]; p != nil && p.alive && len(p.open) > 0 {
+			if w.policy.RejectSameSocketRegistration {
+				w.note("%s: the second Register on one socket is refused", p.resource())
+				return
+			}
+			w.connect(p, p.newestSocket())
+			w.note("%s: registered again on its socket", p.resource())
 		}
 	case "device-unhealthy", "device-healthy":
 		health := pluginapi.Unhealthy
@@ -297,11 +326,23 @@ func (w *world) expire() {
 	}
 }
 
-// stopPlugin ends the plugin process: its stream closes, and its devices turn unhealthy.
+// stopPlugin ends every process of the plugin: their streams close, and its devices turn
+// unhealthy.
 func (w *world) stopPlugin(p *simPlugin) {
-	w.disconnect(p)
+	w.closeSocket(p, 0)
 	p.alive, p.listed = false, false
 	w.removeTasks(p.name)
+}
+
+// socketNumber returns n for the scenario runner's socket name NAME-n.sock.
+func socketNumber(name, socket string) (int, bool) {
+	v, ok := strings.CutPrefix(socket, name+"-")
+	if !ok {
+		return 0, false
+	}
+	v, ok = strings.CutSuffix(v, ".sock")
+	n, err := strconv.Atoi(v)
+	return n, ok && err == nil && n > 0
 }
 
 func (w *world) removeTasks(plugin string) {
@@ -337,7 +378,7 @@ func (w *world) restart(reboot bool) {
 	names := sortedPlugins(w.plugins)
 	for _, name := range names {
 		p := w.plugins[name]
-		p.listed = false
+		p.listed, p.open = false, nil // the manager's connections end with it
 		if reboot || p.faults.ExitOnStreamClosing {
 			p.alive = false
 		}

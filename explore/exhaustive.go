@@ -36,6 +36,16 @@ func ParseStory(path string) ([]*Event, error) {
 			e = &Event{Kind: "kubelet-restart"}
 		case "node reboot":
 			e = &Event{Kind: "node-reboot"}
+		case "plugin add-instance", "plugin register-again":
+			if arg(1) == "" {
+				return nil, fmt.Errorf("%s:%d: plugin %s needs a plugin name", path, d.Line, arg(0))
+			}
+			e = &Event{Kind: "plugin-" + arg(0), Name: arg(1)}
+		case "plugin stop-instance":
+			if _, ok := socketNumber(arg(1), arg(2)); !ok || len(d.Args) != 3 {
+				return nil, fmt.Errorf("%s:%d: plugin stop-instance needs a plugin name and one of its sockets, NAME-n.sock", path, d.Line)
+			}
+			e = &Event{Kind: "plugin-stop-instance", Name: arg(1), Args: []string{arg(2)}}
 		case "plugin start", "plugin stop", "plugin rolling-update":
 			e = &Event{Kind: "plugin-" + arg(0), Name: arg(1), Args: d.Args[min(2, len(d.Args)):]}
 			if arg(1) == "" {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/scenario"
 )
 
@@ -83,9 +84,10 @@ func TestKDMPolicyRandom(t *testing.T) {
 	t.Logf("%d seeds, %d steps", rep.Runs, rep.Steps)
 }
 
-// TestExhaustiveStories walks every run of the stories in testdata/scenarios: under kdm none
-// breaks an invariant; under the kubelet's policy exactly the stories of the known failures
-// do, each with its own.
+// TestExhaustiveStories walks every run of the stories in testdata/scenarios under every
+// policy: under kdm none breaks an invariant; under each kubelet's policy exactly the stories
+// of the known restart failures do, each with its own (the kubelet v1.37 changed none of
+// them).
 func TestExhaustiveStories(t *testing.T) {
 	stories, err := filepath.Glob("../testdata/scenarios/*.txt")
 	if err != nil || len(stories) < 10 {
@@ -95,13 +97,13 @@ func TestExhaustiveStories(t *testing.T) {
 		"plugin-gone-past-grace-reboot.txt": "removed after its grace period"}
 	for _, path := range stories {
 		name := filepath.Base(path)
-		for _, policy := range []string{"kubelet-1.36", "kdm"} {
+		for _, policy := range devicemanager.PolicyNames() {
 			rep, err := Exhaustive(Config{Policy: policy}, path, 0)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			want := ""
-			if policy == "kubelet-1.36" {
+			if policyOf(t, policy).IsKubelet() {
 				want = wantKubelet[name]
 			}
 			got := classes(rep)
@@ -164,6 +166,49 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// TestInstancesFollowPolicy: the simulated manager treats a plugin's instances as each
+// policy does. When the newer of two instances exits, the kubelet v1.36 disconnects the
+// resource while the kubelet v1.37 and kdm hand it to the instance still connected; a second
+// Register on one socket is refused by the kubelet v1.37 alone.
+func TestInstancesFollowPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy           string
+		served, accepted bool
+	}{{"kubelet-1.36", false, true}, {"kubelet-1.37", true, false}, {"kdm", true, true}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			w := newWorld(policyOf(t, tc.policy), true)
+			w.apply(&Event{Kind: "plugin-start", Name: "gpu", Args: []string{"devices=2"}})
+			w.apply(&Event{Kind: "plugin-add-instance", Name: "gpu"})
+			w.apply(&Event{Kind: "plugin-stop-instance", Name: "gpu", Args: []string{"gpu-2.sock"}})
+			res := domain + "gpu"
+			if served := w.pluginServing(res) != nil; served != tc.served {
+				t.Errorf("after the newer instance exited: served %v, want %v", served, tc.served)
+			}
+			if want := map[bool]int{true: 2, false: 0}[tc.served]; w.st.Healthy(res).Len() != want {
+				t.Errorf("after the newer instance exited: %d healthy devices, want %d", w.st.Healthy(res).Len(), want)
+			}
+			if v := w.check(); v != nil {
+				t.Fatalf("invariant broken: %v", v)
+			}
+
+			w = newWorld(policyOf(t, tc.policy), true)
+			w.apply(&Event{Kind: "plugin-start", Name: "gpu", Args: []string{"devices=2"}})
+			w.apply(&Event{Kind: "plugin-register-again", Name: "gpu"})
+			p := w.plugins["gpu"]
+			if accepted := p.instance == 2; accepted != tc.accepted {
+				t.Errorf("second Register on gpu-1.sock: accepted %v, want %v", accepted, tc.accepted)
+			}
+			if w.pluginServing(res) == nil || w.st.Healthy(res).Len() != 2 {
+				t.Errorf("after a second Register on one socket the resource is not served with its 2 devices")
+			}
+			w.apply(&Event{Kind: "plugin-stop-instance", Name: "gpu", Args: []string{"gpu-1.sock"}})
+			if w.pluginServing(res) != nil || w.st.Healthy(res).Len() != 0 || p.alive {
+				t.Errorf("the plugin's only process exited, yet the resource is served")
+			}
+		})
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
@@ -171,6 +216,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{Config{Policy: "kdm"}, ""},
 		{Config{Policy: "kubelet"}, ""},
+		{Config{Policy: "kubelet-1.37"}, ""},
 		{Config{}, `explore: Policy: unknown policy ""`},
 		{Config{Policy: "kdm", Seeds: -1}, "explore: Seeds must not be negative, got -1"},
 		{Config{Policy: "kdm", Steps: -5}, "explore: Steps must not be negative, got -5"},

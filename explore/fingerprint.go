@@ -20,7 +20,7 @@ func (w *world) fingerprint(extra string) uint64 {
 	w.st.Describe(h)
 	for _, name := range state.SortedKeys(w.plugins) {
 		p := w.plugins[name]
-		fmt.Fprintf(h, "plugin %s alive=%v instance=%d listed=%v added=%d faults=%v devices=", name, p.alive, p.instance, p.listed, p.added, p.faults)
+		fmt.Fprintf(h, "plugin %s alive=%v instance=%d open=%v sockets=%d listed=%v added=%d faults=%v devices=", name, p.alive, p.instance, p.open, p.sockets, p.listed, p.added, p.faults)
 		for _, d := range p.devices {
 			fmt.Fprintf(h, "%s:%s,", d.ID, d.Health)
 		}

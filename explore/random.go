@@ -46,9 +46,25 @@ func (g *generator) event(w *world) *Event {
 				return &Event{Kind: "plugin-start", Name: name}
 			}
 			return &Event{Kind: "plugin-start", Name: name, Args: []string{fmt.Sprintf("devices=%d", 2+g.rng.Intn(3))}, Faults: g.faults()}
-		case r < 44:
+		case r < 41:
 			if p := g.alivePlugin(w); p != nil {
 				return &Event{Kind: "plugin-rolling-update", Name: p.name}
+			}
+		case r < 44:
+			// One instance among several: a rolling update step by step, in either order, and
+			// a second Register on one socket.
+			p := g.alivePlugin(w)
+			if p == nil || len(p.open) == 0 {
+				continue
+			}
+			switch r {
+			case 41:
+				return &Event{Kind: "plugin-add-instance", Name: p.name}
+			case 42:
+				c := p.open[g.rng.Intn(len(p.open))]
+				return &Event{Kind: "plugin-stop-instance", Name: p.name, Args: []string{fmt.Sprintf("%s-%d.sock", p.name, c.socket)}}
+			default:
+				return &Event{Kind: "plugin-register-again", Name: p.name}
 			}
 		case r < 54:
 			if p := g.alivePlugin(w); p != nil && len(p.devices) > 0 {

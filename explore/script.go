@@ -51,6 +51,12 @@ func (e *Event) scenarioLine() (line, comment string) {
 		line = "plugin stop " + e.Name
 	case "plugin-rolling-update":
 		line = "plugin rolling-update " + e.Name
+	case "plugin-add-instance":
+		line = "plugin add-instance " + e.Name
+	case "plugin-stop-instance":
+		line = "plugin stop-instance " + e.Name + " " + strings.Join(e.Args, " ")
+	case "plugin-register-again":
+		line = "plugin register-again " + e.Name
 	case "device-unhealthy":
 		line = "device unhealthy " + e.Name + " " + strings.Join(e.Args, " ")
 	case "device-healthy":

@@ -2,6 +2,7 @@ package explore
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -86,10 +87,17 @@ type simPlugin struct {
 	name     string
 	devices  []*pluginapi.Device
 	alive    bool
-	instance int // the registration the process serves; instances only grow
-	faults   Faults
-	listed   bool // the current registration sent a (non-empty-first) list
-	added    int  // devices added so far, for fresh IDs
+	instance int // the newest registration; registrations only grow
+	// open are the registrations whose streams are open (a process of the plugin serves
+	// them), oldest first: one, more while a rolling update runs or after a second
+	// Register on one socket. A manager restart closes them all.
+	open []conn
+	// sockets counts the sockets the plugin's processes have listened on, as the scenario
+	// runner names them: the n-th is NAME-n.sock.
+	sockets int
+	faults  Faults
+	listed  bool // the current registration sent a (non-empty-first) list
+	added   int  // devices added so far, for fresh IDs
 }
 
 // Faults are plugin misbehaviours the explorer injects.
@@ -116,7 +124,26 @@ func (f Faults) String() string {
 	return strings.Join(out, ",")
 }
 
+// conn is one registration of a plugin and the socket it was made for.
+type conn struct {
+	instance int
+	socket   int // NAME-<socket>.sock
+}
+
 func (p *simPlugin) resource() string { return domain + p.name }
+
+// newestSocket is the socket of the newest open registration, 0 when none is open.
+func (p *simPlugin) newestSocket() int {
+	if len(p.open) == 0 {
+		return 0
+	}
+	return p.open[len(p.open)-1].socket
+}
+
+// isOpen reports whether the registration's stream is open.
+func (p *simPlugin) isOpen(instance int) bool {
+	return instance != 0 && slices.ContainsFunc(p.open, func(c conn) bool { return c.instance == instance })
+}
 
 // list returns the plugin's current device list, as the plugin sends it.
 func (p *simPlugin) list() []*pluginapi.Device {
@@ -267,9 +294,11 @@ func (w *world) gc() {
 	}
 }
 
-// connect makes a new registration of the plugin current and delivers its first list.
-func (w *world) connect(p *simPlugin) {
+// connect makes a new registration of the plugin, for the given socket, current and delivers
+// its first list. The registrations already open stay open.
+func (w *world) connect(p *simPlugin, socket int) {
 	p.instance++
+	p.open = append(p.open, conn{instance: p.instance, socket: socket})
 	w.current[p.resource()] = p.instance
 	w.st.Connect(p.resource())
 	p.listed = false
@@ -281,20 +310,45 @@ func (w *world) connect(p *simPlugin) {
 	}
 }
 
-// sendList delivers the plugin's current list if its registration is the current one.
+// newSocket is a new process of the plugin listening on a socket of its own: its number.
+func (p *simPlugin) newSocket() int {
+	p.sockets++
+	return p.sockets
+}
+
+// sendList delivers the plugin's current list if one of its open registrations is the
+// resource's current one (every process of the plugin lists the same devices).
 func (w *world) sendList(p *simPlugin) {
-	if !p.alive || w.current[p.resource()] != p.instance {
+	if !p.alive || !p.isOpen(w.current[p.resource()]) {
 		return
 	}
 	w.st.ApplyDeviceList(p.resource(), p.list())
 	p.listed = true
 }
 
-// disconnect records that the plugin's stream ended.
-func (w *world) disconnect(p *simPlugin) {
-	if w.current[p.resource()] == p.instance && p.instance != 0 {
-		w.st.Disconnect(p.resource(), w.now)
-		w.current[p.resource()] = 0
+// closeSocket ends the streams of the plugin's registrations on socket (0: every socket),
+// as the process serving it exits. If the current registration was among them, then under
+// Policy.PromoteLiveInstance the most recent registration still open becomes current and the
+// plugin's list applies; otherwise the resource disconnects. With no registration left
+// open, the plugin is down.
+func (w *world) closeSocket(p *simPlugin, socket int) {
+	res := p.resource()
+	wasCurrent := p.isOpen(w.current[res])
+	p.open = slices.DeleteFunc(p.open, func(c conn) bool { return socket == 0 || c.socket == socket })
+	switch {
+	case wasCurrent && p.isOpen(w.current[res]):
+	case wasCurrent && w.policy.PromoteLiveInstance && len(p.open) > 0:
+		w.current[res] = p.open[len(p.open)-1].instance
+		if p.listed {
+			w.sendList(p)
+		}
+	case wasCurrent:
+		w.st.Disconnect(res, w.now)
+		w.current[res] = 0
+	}
+	if len(p.open) == 0 {
+		p.alive, p.listed = false, false
+		w.removeTasks(p.name)
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
+	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/explore"
 )
 
@@ -14,7 +16,7 @@ import (
 func runExplore(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kdm explore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	policy := fs.String("policy", "kdm", "kubelet-1.36 (the kubelet's behaviour) or kdm")
+	policy := fs.String("policy", devicemanager.KDMPolicyName, explorePolicyHelp())
 	seeds := fs.Int("seeds", 1000, "random runs to make")
 	seed := fs.Int64("seed", 0, "the first run's seed; with --seeds 1, replays that run")
 	steps := fs.Int("steps", explore.DefaultSteps, "steps per random run")
@@ -51,8 +53,14 @@ func runExplore(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdm explore: %v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stderr, "explore: %s: %d runs, %d states, %d steps in %v (%.0f steps/s), %d violations\n", rep.Policy, rep.Runs,
-		rep.States, rep.Steps, rep.Elapsed.Round(1e6), rep.StepsPerSecond(), rep.Violations())
+	// States are counted by an exhaustive walk only (the distinct states it reached); random
+	// runs do not look for repeated states.
+	states := ""
+	if *exhaustive {
+		states = fmt.Sprintf(" (%d distinct states)", rep.States)
+	}
+	fmt.Fprintf(stderr, "explore: %s: %d runs%s, %d steps in %v (%.0f steps/s), %d violations\n", rep.Policy, rep.Runs,
+		states, rep.Steps, rep.Elapsed.Round(1e6), rep.StepsPerSecond(), rep.Violations())
 	for _, f := range rep.Findings {
 		where := fmt.Sprintf("first at seed %d", f.Seed)
 		if *exhaustive {
@@ -64,4 +72,15 @@ func runExplore(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// explorePolicyHelp describes --policy from the supported kubelets' table, so that a new
+// kubelet minor is listed without a change here.
+func explorePolicyHelp() string {
+	var kubelets []string
+	for _, v := range devicemanager.KubeletVersions() {
+		kubelets = append(kubelets, v.Name)
+	}
+	return fmt.Sprintf("the policy of the simulated manager: %s (alias %s: the newest) is that kubelet's device manager; %s adds kdm's improvements",
+		strings.Join(kubelets, " or "), devicemanager.KubeletAlias, devicemanager.KDMPolicyName)
 }

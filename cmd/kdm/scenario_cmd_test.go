@@ -109,3 +109,33 @@ func firstColumn(view string) string {
 	}
 	return strings.Join(cells, " ")
 }
+
+// TestExploreCommand: kdm explore takes every policy devicemanager lists, kubelet-1.37
+// included, and names them in --help; a random exploration reports no state count (only an
+// exhaustive walk counts states), an exhaustive one reports its distinct states.
+func TestExploreCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"explore", "--help"}, &out, &errOut); code != 2 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, p := range devicemanager.PolicyNames() {
+		if !strings.Contains(errOut.String(), p) {
+			t.Errorf("explore --help lacks the policy %s:\n%s", p, errOut.String())
+		}
+	}
+	errOut.Reset()
+	if code := run([]string{"explore", "--policy", "kubelet-1.37", "--seeds", "20"}, &out, &errOut); code != 0 && code != 1 {
+		t.Fatalf("explore --policy kubelet-1.37: exit %d: %s", code, errOut.String())
+	}
+	if got := errOut.String(); !strings.Contains(got, "explore: kubelet-1.37: 20 runs, ") || strings.Contains(got, "states") {
+		t.Errorf("random exploration's summary: %q, want the policy and runs, no state count", got)
+	}
+	errOut.Reset()
+	story := "../../testdata/scenarios/register-twice-same-socket.txt"
+	if code := run([]string{"explore", "--policy", "kubelet-1.37", "--story", story, "--exhaustive"}, &out, &errOut); code != 0 {
+		t.Fatalf("exhaustive kubelet-1.37 walk of %s: exit %d: %s", story, code, errOut.String())
+	}
+	if got := errOut.String(); !strings.Contains(got, "distinct states") || !strings.Contains(got, "0 violations") {
+		t.Errorf("exhaustive walk's summary: %q, want its distinct states and 0 violations", got)
+	}
+}
