@@ -12,8 +12,9 @@ import "github.com/kdm-project/kdm/devicemanager/state"
 // else names stay with it as usual.
 //
 // An operator resolves a contest by removing the pod that should not hold the device (its
-// manifest, or the Pod object), or by correcting the wrong record and restarting while the
-// checkpoint is still lost; a device whose claimants are all gone is free again.
+// manifest, or the Pod object); a device whose claimants are all gone is free again. The
+// checkpoint written after the restore names the device under every claimant, so correcting
+// the embedder's record later changes nothing.
 type Contest = state.Contest
 
 // Contests returns every contested device, sorted by resource and device ID.
