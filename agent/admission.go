@@ -299,6 +299,7 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 			result.Message = fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)
 			result.Containers = nil
 			log.Info("Pod rejected", "reason", result.Reason, "message", result.Message)
+			a.admissionResults.WithLabelValues(admissionRejected).Inc()
 			a.record(pod, result)
 			return
 		}
@@ -320,6 +321,7 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 	}
 	a.fillHealth(pod, result)
 	log.Info("Pod admitted")
+	a.admissionResults.WithLabelValues(admissionAdmitted).Inc()
 	a.record(pod, result)
 }
 

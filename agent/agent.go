@@ -54,6 +54,8 @@ type Agent struct {
 	events *eventLog // the status page's timeline (events.go)
 
 	admissions sync.WaitGroup
+	// admissionResults is kdm_admissions_total (metrics.go).
+	admissionResults *prometheus.CounterVec
 }
 
 // New applies cfg's defaults, validates it and builds the agent and its device manager.
@@ -103,8 +105,11 @@ func New(cfg Config) (*Agent, error) {
 		Name: "kdm_admission_pending_pods",
 		Help: "Number of pods whose admission waits for a device plugin to register (deferred admission).",
 	}, func() float64 { return float64(a.pendingPods()) })
-	if err := cfg.Registry.Register(pending); err != nil {
-		return nil, fmt.Errorf("registering agent metrics: %w", err)
+	a.admissionResults = newAdmissionCounter()
+	for _, c := range []prometheus.Collector{pending, a.admissionResults} {
+		if err := cfg.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("registering agent metrics: %w", err)
+		}
 	}
 	return a, nil
 }

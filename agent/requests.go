@@ -190,6 +190,7 @@ func (a *Agent) trackManifest(ctx context.Context, mp manifestPod) (<-chan struc
 		Reason: ReasonInvalidPod, Message: mp.invalid.Error()}
 	a.log.Info("Pod rejected", "pod", klog.KObj(pod), "podUID", pod.UID, "path", mp.path,
 		"reason", result.Reason, "message", result.Message)
+	a.admissionResults.WithLabelValues(admissionInvalid).Inc()
 	a.record(pod, result)
 	done := make(chan struct{})
 	close(done)
