@@ -46,7 +46,16 @@ func (r *Runner) stopInstance(p *plugin, name, socket string) ([]string, error) 
 	in.inst.Stop()
 	var err error
 	if served == socket {
-		err = r.waitEndpoint(res, socket+"'s stream end", func(s string, _ int) bool { return s != socket })
+		// The manager has decided once another instance serves the resource, or none does
+		// and the devices are unhealthy: between the stream's end and that decision the
+		// instance reads as stopped while its devices still count.
+		err = r.waitEndpoint(res, socket+"'s stream end", func(s string, _ int) bool {
+			if s == "" {
+				_, a := r.counts(res)
+				return a <= 0
+			}
+			return s != socket
+		})
 	} else {
 		err = r.waitEndpoint(res, socket+"'s stream end", func(_ string, n int) bool { return n < replaced })
 	}
