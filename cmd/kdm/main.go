@@ -3,7 +3,7 @@
 //	kdm run        run the device manager, podresources and the pod manifest source
 //	kdm inspect    decode, verify and print a kubelet_internal_checkpoint
 //	kdm demo       a self-contained tour: manager, mock GPUs, sample pods, a restart
-//	kdm scenario   replay a restart-semantics script under kubelet-1.36 and kdm policies
+//	kdm scenario   replay a restart-semantics script under one policy or every policy side by side
 //	kdm explore    search restart semantics: seeded random runs or every run of a story
 //	kdm conformance  check a device plugin's restart behaviour, as csi-sanity does for CSI
 package main
@@ -24,7 +24,7 @@ commands:
   run        run the device manager, podresources and the pod manifest source
   inspect    decode, verify and print a kubelet_internal_checkpoint
   demo       a self-contained tour: manager, mock GPUs, sample pods, a restart
-  scenario   replay a restart-semantics script under kubelet-1.36 and kdm policies
+  scenario   replay a restart-semantics script under one policy or every policy side by side
   explore    search restart semantics: seeded random runs or every run of a story
   conformance  check a device plugin against the kubelet's expectations (-- PLUGIN-COMMAND ...)
 
