@@ -46,9 +46,6 @@ func (m *Manager) writeCheckpointLocked() error {
 	return nil
 }
 
-// persistDeviceLists records a device-list change on disk: at once, as the kubelet does, or,
-// with Policy.CoalesceDeviceListWrites, by the background writer, which folds a burst of
-// updates into one write. Errors are logged: a device list is not worth failing a stream.
 // WaitForCheckpointWrites returns once every checkpoint write whose change is already visible
 // (in GetCapacity, say) has reached the disk. With Policy.CoalesceDeviceListWrites, device-list
 // writes still queued are not waited for.
@@ -65,6 +62,9 @@ func (m *Manager) persistDeviceListsLocked() {
 	}
 }
 
+// persistDeviceLists records a device-list change on disk: at once, as the kubelet does, or,
+// with Policy.CoalesceDeviceListWrites, by the background writer, which folds a burst of
+// updates into one write. Errors are logged: a device list is not worth failing a stream.
 func (m *Manager) persistDeviceLists() {
 	if !m.cfg.Policy.CoalesceDeviceListWrites {
 		if err := m.writeCheckpoint(); err != nil {
