@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,6 +37,20 @@ type Faults struct {
 	// that the first instance is live when it is replaced. It takes effect for
 	// registrations that start after SetFaults.
 	RegisterTwice bool
+	// SecondRegisterDelay, under RegisterTwice, delays the second Register by this long after
+	// the manager opened the first instance's stream, as a plugin does that registers again
+	// on a file event of its own some time after its first Register (seen with AMD's ROCm
+	// device plugin started before the kubelet). Zero sends it at once.
+	SecondRegisterDelay time.Duration
+	// ExitOnReregisterAfterStreamClose makes the plugin exit at its first re-registration
+	// (RegisterWithKubelet mode, after the manager re-created its socket) once the manager
+	// has closed one of its ListAndWatch streams: the Register succeeds, the manager opens the
+	// new stream (or secondRegisterWait passes), and then the plugin records the cause (see
+	// Exited, which wraps ErrStreamClosed) and stops itself, as ExitOnStreamClose does. It is
+	// the fault of a plugin whose device scanner keeps sending to the closed stream's channel
+	// and crashes on its next scan once the manager is back (seen with Intel's GPU plugin:
+	// "send on closed channel").
+	ExitOnReregisterAfterStreamClose bool
 }
 
 // DoubleRegisterExitOnClose is the fault profile of a plugin that registers twice in a row
@@ -157,4 +172,29 @@ func (p *Plugin) streamClosedByManager() {
 	p.exitErr = fmt.Errorf("%w: exiting (ExitOnStreamClose fault)", ErrStreamClosed)
 	p.log.Info("ListAndWatch stream closed by the manager; device plugin exiting", "path", p.socketPath)
 	go p.Stop()
+}
+
+// exitAfterReregister applies ExitOnReregisterAfterStreamClose after a successful
+// re-registration: if the manager closed one of our streams before it, wait (at most
+// secondRegisterWait) for the manager to open the stream it had to open after streams
+// streams, then exit as streamClosedByManager does. It reports whether the plugin exits.
+func (p *Plugin) exitAfterReregister(ctx context.Context, streams int) bool {
+	p.mu.Lock()
+	armed := p.faults.ExitOnReregisterAfterStreamClose && p.calls.StreamsClosedByManager > 0
+	p.mu.Unlock()
+	if !armed {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, secondRegisterWait)
+	_ = p.WaitForStreams(wctx, streams+1)
+	cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != stateRunning || p.ctx.Err() != nil || p.exitErr != nil {
+		return true
+	}
+	p.exitErr = fmt.Errorf("%w: exiting at re-registration (ExitOnReregisterAfterStreamClose fault)", ErrStreamClosed)
+	p.log.Info("Re-registered after the manager closed a ListAndWatch stream; device plugin exiting", "path", p.socketPath)
+	go p.Stop()
+	return true
 }

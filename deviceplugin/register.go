@@ -57,7 +57,7 @@ func (p *Plugin) register(ctx context.Context) error {
 		return err
 	}
 	p.mu.Lock()
-	twice := p.faults.RegisterTwice
+	twice, delay := p.faults.RegisterTwice, p.faults.SecondRegisterDelay
 	p.mu.Unlock()
 	if !twice {
 		return nil
@@ -67,6 +67,15 @@ func (p *Plugin) register(ctx context.Context) error {
 	wctx, wcancel := context.WithTimeout(ctx, secondRegisterWait)
 	_ = p.WaitForStreams(wctx, streams+1)
 	wcancel()
+	if delay > 0 {
+		t := p.cfg.Clock.NewTimer(delay)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: waiting to Register again on %s: %w", ErrRegistration, p.cfg.KubeletSocket, ctx.Err())
+		}
+	}
 	return p.registerOnce(ctx, conn)
 }
 
