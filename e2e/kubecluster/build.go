@@ -23,8 +23,8 @@ import (
 )
 
 // KubernetesVersion is the version of k8s.io/kubernetes that test/kubebins pins; the apiserver
-// reports it.
-const KubernetesVersion = "v1.36.3"
+// reports it. Moving the test cluster to another release changes this and the module's go.mod.
+const KubernetesVersion = "v1.37.2"
 
 // CacheDirEnv overrides where built binaries are cached (default: the user cache directory,
 // under kdm/kubebins).
@@ -98,10 +98,12 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 		return Binaries{}, err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
+	major, minor, _ := strings.Cut(strings.TrimPrefix(KubernetesVersion, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
 	ldflags := strings.Join([]string{
 		"-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
-		"-X k8s.io/component-base/version.gitMajor=1",
-		"-X k8s.io/component-base/version.gitMinor=36",
+		"-X k8s.io/component-base/version.gitMajor=" + major,
+		"-X k8s.io/component-base/version.gitMinor=" + minor,
 		"-X k8s.io/component-base/version.gitTreeState=clean",
 	}, " ")
 	args := append([]string{"build", "-v", "-ldflags", ldflags, "-o", tmp + "/"}, mainPackages...)
