@@ -72,10 +72,10 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## bench-compare: the kubelet v1.36 device manager and kdm through the same benchmarks, in
-## interleaved rounds (nested module test/upstreambench); prints the table and writes it into
-## docs/benchmarks.md. BENCH_ROUNDS rounds (default 5) of BENCHTIME per benchmark: 3 to 5
-## minutes on 2 cores.
+## bench-compare: the kubelet v1.37 and v1.36 device managers and kdm through the same
+## benchmarks, in interleaved rounds (nested modules test/upstreambench and, for v1.36,
+## test/upstreambench/kubelet136); prints one table per kubelet and writes them into
+## docs/benchmarks.md. BENCH_ROUNDS rounds (default 5) of BENCHTIME per benchmark.
 bench-compare:
 	cd test/upstreambench && $(GO) run ./cmd/benchcompare -rounds $${BENCH_ROUNDS:-5} -benchtime $(BENCHTIME) -out ../../docs/benchmarks.md
 

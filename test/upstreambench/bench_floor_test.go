@@ -16,6 +16,7 @@ import (
 	stub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
 
 // BenchmarkFloor measures, in the same run as the managers, what no device manager can go
@@ -55,15 +56,15 @@ func BenchmarkFloor(b *testing.B) {
 		// standard codec; the op ends when the list has been received, seen the way the
 		// managers' ops are seen: by a loop spinning on a counter, yielding between reads.
 		const n = 1000
-		sock := filepath.Join(shortDir(b), "gpu.sock")
-		s := stub.NewDevicePluginStub(logr.Discard(), deviceList(n), sock, resourceName, false, false)
+		sock := filepath.Join(suite.ShortDir(b), "gpu.sock")
+		s := stub.NewDevicePluginStub(logr.Discard(), suite.DeviceList(n), sock, suite.ResourceName, false, false)
 		if err := s.Start(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = s.Stop(logr.Discard()) })
 		received := noopReceiver(b, sock)
 		waitCount(b, received, 1) // the first list
-		healthy, flipped := deviceList(n), deviceList(n)
+		healthy, flipped := suite.DeviceList(n), suite.DeviceList(n)
 		flipped[0].Health = pluginapi.Unhealthy
 		i := int64(0)
 		for b.Loop() {
@@ -80,7 +81,7 @@ func BenchmarkFloor(b *testing.B) {
 		// The checkpoint of Allocate/pods=10000 (10,000 pods of one device, all registered),
 		// durably written as raw bytes: what that benchmark's one write per op costs on this
 		// disk before any encoding.
-		enc, err := checkpoint.Encode(checkpointData(b, 10000, 1, 10001, false))
+		enc, err := checkpoint.Encode(kdmData(suite.CheckpointData(b, 10000, 1, 10001, false)))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -104,7 +105,7 @@ func (optionsServer) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (
 // emptyRPC serves optionsServer on a unix socket and returns a function making one call.
 func emptyRPC(b *testing.B) func() {
 	b.Helper()
-	sock := filepath.Join(shortDir(b), "floor.sock")
+	sock := filepath.Join(suite.ShortDir(b), "floor.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		b.Fatal(err)
@@ -158,7 +159,7 @@ func noopReceiver(b *testing.B, sock string) *atomic.Int64 {
 
 // waitCount spins, as waitAllocatable does, until c reaches want.
 func waitCount(tb testing.TB, c *atomic.Int64, want int64) {
-	spinUntil(tb, func() bool { return c.Load() >= want },
+	suite.SpinUntil(tb, func() bool { return c.Load() >= want },
 		func() string { return fmt.Sprintf("%d lists received after 30s, want %d", c.Load(), want) })
 }
 
@@ -169,7 +170,7 @@ func smallWrite(b *testing.B, dirSync bool) func() { return fileWrite(b, make([]
 // fileWrite is smallWrite for a file holding data.
 func fileWrite(b *testing.B, data []byte, dirSync bool) func() {
 	b.Helper()
-	dir := shortDir(b)
+	dir := suite.ShortDir(b)
 	d, err := os.Open(dir)
 	if err != nil {
 		b.Fatal(err)

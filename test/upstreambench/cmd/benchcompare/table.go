@@ -76,16 +76,35 @@ func (r *rounds) ratios(kubelet, kdm string) series {
 	return s
 }
 
-// row is one line of the comparison table.
+// kubelet is one kubelet release under comparison: the last element of its sub-benchmarks'
+// names ("kubelet-1.37") and the k8s.io/kubernetes version they ran.
+type kubelet struct{ side, version string }
+
+// isKubelet reports whether a sub-benchmark's last name element is a kubelet's.
+func isKubelet(side string) bool { return strings.HasPrefix(side, "kubelet") }
+
+// appendKubelets adds to ks the kubelet sides of results not already in it, as version.
+func appendKubelets(ks []kubelet, results []result, version string) []kubelet {
+	for _, res := range results {
+		side := res.name[strings.LastIndex(res.name, "/")+1:]
+		if !isKubelet(side) || slices.ContainsFunc(ks, func(k kubelet) bool { return k.side == side }) {
+			continue
+		}
+		ks = append(ks, kubelet{side: side, version: version})
+	}
+	return ks
+}
+
+// row is one line of a comparison table.
 type row struct {
 	label        string
 	kubelet, kdm string // benchmark names; kubelet is empty for kdm-only rows
 }
 
 // comparisonRows pairs every kdm sub-benchmark ("<prefix>/kdm" or "<prefix>/kdm,<variant>")
-// with its kubelet sibling ("<prefix>/kubelet"). Names that are neither (the floor) are
-// returned apart.
-func comparisonRows(names []string) (rows []row, other []string) {
+// with its sibling "<prefix>/<kubeletSide>". Names that are neither kdm's nor a kubelet's
+// (the floor) are returned apart.
+func comparisonRows(names []string, kubeletSide string) (rows []row, other []string) {
 	has := map[string]bool{}
 	for _, n := range names {
 		has[n] = true
@@ -98,13 +117,13 @@ func comparisonRows(names []string) (rows []row, other []string) {
 		}
 		prefix, side := n[:i], n[i+1:]
 		switch {
-		case side == "kubelet":
+		case isKubelet(side):
 		case side == "kdm" || strings.HasPrefix(side, "kdm,"):
 			label := prefix
 			if variant, ok := strings.CutPrefix(side, "kdm,"); ok {
 				label += " (kdm " + variant + ")"
 			}
-			k := prefix + "/kubelet"
+			k := prefix + "/" + kubeletSide
 			if !has[k] {
 				k = ""
 			}
@@ -116,20 +135,31 @@ func comparisonRows(names []string) (rows []row, other []string) {
 	return rows, other
 }
 
-// render writes the comparison table and the floor table in Markdown.
-func render(r *rounds, kubeletVersion string) string {
-	rows, other := comparisonRows(r.names)
+// render writes one comparison table per kubelet, in the order given, and the floor table,
+// in Markdown.
+func render(r *rounds, kubelets []kubelet) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| benchmark (time per op) | kubelet %s | kdm | kubelet / kdm |\n|---|---:|---:|---:|\n", kubeletVersion)
-	for _, rw := range rows {
-		kub, ratio := "not run", "–"
-		if rw.kubelet != "" {
-			kub = formatTimes(r.series(rw.kubelet).summary())
-			if rs := r.ratios(rw.kubelet, rw.kdm); len(rs) > 0 {
-				ratio = formatRatio(rs.summary())
-			}
+	var other []string
+	for i, k := range kubelets {
+		var rows []row
+		rows, other = comparisonRows(r.names, k.side)
+		if i > 0 {
+			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", rw.label, kub, formatTimes(r.series(rw.kdm).summary()), ratio)
+		fmt.Fprintf(&b, "| benchmark (time per op) | kubelet %s | kdm | kubelet / kdm |\n|---|---:|---:|---:|\n", k.version)
+		for _, rw := range rows {
+			kub, ratio := "not run", "–"
+			if rw.kubelet != "" {
+				kub = formatTimes(r.series(rw.kubelet).summary())
+				if rs := r.ratios(rw.kubelet, rw.kdm); len(rs) > 0 {
+					ratio = formatRatio(rs.summary())
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", rw.label, kub, formatTimes(r.series(rw.kdm).summary()), ratio)
+		}
+	}
+	if len(kubelets) == 0 {
+		_, other = comparisonRows(r.names, "")
 	}
 	if len(other) > 0 {
 		b.WriteString("\n| floor, same run | time per op |\n|---|---:|\n")

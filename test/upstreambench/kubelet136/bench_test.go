@@ -1,0 +1,51 @@
+package kubelet136
+
+import (
+	"os"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
+
+	"github.com/kdm-project/kdm/test/upstreambench/suite"
+)
+
+// TestMain silences the kubelet's global klog output and registers the kubelet's metrics,
+// which a running kubelet always has, as the parent module does.
+func TestMain(m *testing.M) {
+	klog.SetLogger(logr.Discard())
+	kubeletmetrics.Register()
+	os.Exit(m.Run())
+}
+
+// The parent module's benchmarks under the same names, for the kubelet v1.36 alone: kdm is
+// measured once, by the parent module's binary, in the same rounds.
+
+var sides = []suite.Side{kubeletSide}
+
+func BenchmarkAllocate(b *testing.B) { suite.Allocate(b, sides) }
+
+func BenchmarkCheckpointEncode(b *testing.B) {
+	b.Run(suite.CheckpointCase, func(b *testing.B) { b.Run(kubeletSide.Name, suite.KubeletCheckpointEncode) })
+}
+
+func BenchmarkCheckpointWrite(b *testing.B) {
+	b.Run(suite.CheckpointCase, func(b *testing.B) { b.Run(kubeletSide.Name, suite.KubeletCheckpointWrite) })
+}
+
+func BenchmarkCheckpointEncodeChurn(b *testing.B) {
+	b.Run(suite.CheckpointCase, func(b *testing.B) { b.Run(kubeletSide.Name, suite.KubeletCheckpointEncodeChurn) })
+}
+
+func BenchmarkCheckpointWriteChurn(b *testing.B) {
+	b.Run(suite.CheckpointCase, func(b *testing.B) { b.Run(kubeletSide.Name, suite.KubeletCheckpointWriteChurn) })
+}
+
+func BenchmarkListAndWatchUpdate(b *testing.B) { suite.ListAndWatchUpdate(b, sides) }
+
+func BenchmarkRestart(b *testing.B) { suite.Restart(b, sides) }
+
+// TestKubeletConstructor checks the go:linkname'd constructor against the kubelet v1.36 (see
+// suite.CheckConstructor).
+func TestKubeletConstructor(t *testing.T) { suite.CheckConstructor(t, kubeletSide) }

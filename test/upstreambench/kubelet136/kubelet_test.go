@@ -1,0 +1,85 @@
+package kubelet136
+
+import (
+	"context"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	kubeletdm "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+
+	"github.com/kdm-project/kdm/test/upstreambench/suite"
+)
+
+// kubeletSide is the kubelet v1.36 device manager.
+var kubeletSide = suite.Side{Name: "kubelet-1.36", Kubelet: true, Launch: startKubelet}
+
+// kubeletManager is the kubelet's ManagerImpl, built by NewKubeletManager.
+type kubeletManager struct {
+	m      *kubeletdm.ManagerImpl
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// noAffinity is a topology manager store without a NUMA preference. The kubelet's device
+// manager only calls GetAffinity.
+type noAffinity struct{}
+
+func (noAffinity) GetAffinity(string, string) topologymanager.TopologyHint {
+	return topologymanager.TopologyHint{}
+}
+func (noAffinity) GetPolicy() topologymanager.Policy { return nil }
+func (noAffinity) Name() string                      { return "none" }
+
+// startKubelet starts the kubelet's manager on dir as the kubelet's container manager does
+// (Start with the pod source, no containers known to the runtime).
+func startKubelet(tb testing.TB, dir string, pods *suite.PodList) suite.Manager {
+	tb.Helper()
+	m, err := NewKubeletManager(logr.Discard(), filepath.Join(dir, suite.KubeletSocketName), nil, noAffinity{})
+	if err != nil {
+		tb.Fatalf("kubelet device manager: %v", err)
+	}
+	if err := m.Start(logr.Discard(), pods.Active, suite.AllSourcesReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+		tb.Fatalf("starting the kubelet device manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &kubeletManager{m: m, cancel: cancel, done: make(chan struct{})}
+	go suite.Drain(ctx, m.Updates(), k.done) // the kubelet's pod workers read health updates
+	return k
+}
+
+func (k *kubeletManager) Allocate(pod *v1.Pod) error {
+	return k.m.Allocate(pod, &pod.Spec.Containers[0])
+}
+
+func (k *kubeletManager) Allocatable() int64 {
+	_, alloc, _ := k.m.GetCapacity()
+	q := alloc[suite.ResourceName]
+	return q.Value()
+}
+
+func (k *kubeletManager) Devices(pod *v1.Pod) []string {
+	devs := k.m.GetDevices(string(pod.UID), pod.Spec.Containers[0].Name)[suite.ResourceName]
+	ids := make([]string, 0, len(devs))
+	for id := range devs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (k *kubeletManager) Stop() {
+	select {
+	case <-k.done:
+		return
+	default:
+	}
+	_ = k.m.Stop(logr.Discard())
+	k.cancel()
+	<-k.done
+}

@@ -1,0 +1,189 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/kubernetes/pkg/kubelet/checkpointmanager"
+	stub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
+)
+
+// KubeletSocketName is the registration socket's name in the plugin directory.
+var KubeletSocketName = filepath.Base(pluginapi.KubeletSocket)
+
+// CheckpointFile is the checkpoint's name in the plugin directory (the kubelet's checkpoint
+// key).
+const CheckpointFile = "kubelet_internal_checkpoint"
+
+// Manager is what the benchmarks do with a device manager.
+type Manager interface {
+	// Allocate admits pod's one container.
+	Allocate(pod *v1.Pod) error
+	// Allocatable is ResourceName's allocatable count, as the node status would publish it.
+	Allocatable() int64
+	// Devices are the device IDs pod's container holds, sorted.
+	Devices(pod *v1.Pod) []string
+	// Stop stops the manager and waits for its goroutines; a second call does nothing.
+	Stop()
+}
+
+// Side is one device manager under comparison.
+type Side struct {
+	// Name is its sub-benchmark's name: "kubelet-1.37", "kdm", "kdm,policy=kdm".
+	Name string
+	// Kubelet marks the kubelet's own manager, which sits out the sizes where it takes about
+	// a second per op.
+	Kubelet bool
+	// Launch starts the manager on the plugin directory dir with pods as its pod source
+	// (always ready), restoring dir's checkpoint if there is one, and leaves it running.
+	Launch func(tb testing.TB, dir string, pods *PodList) Manager
+}
+
+// Start launches s's manager and stops it at tb's cleanup.
+func (s Side) Start(tb testing.TB, dir string, pods *PodList) Manager {
+	m := s.Launch(tb, dir, pods)
+	tb.Cleanup(m.Stop)
+	return m
+}
+
+// AllSourcesReady tells the kubelet's manager that every pod source has synced, so that its
+// garbage collection runs (the kubelet's config.SourcesReady).
+type AllSourcesReady struct{}
+
+func (AllSourcesReady) AddSource(string) {}
+func (AllSourcesReady) AllReady() bool   { return true }
+
+// ShortDir is a fresh directory with a path short enough for unix socket names
+// (t.TempDir's can exceed the 108-byte limit under a long benchmark name).
+func ShortDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "ub")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// SeedCheckpoint writes d as dir's checkpoint with the kubelet's checkpoint manager, for a
+// manager to restore. Every side reads the same bytes (upstreambench's
+// TestSameCheckpointBytes checks that kdm would write them too).
+func SeedCheckpoint(tb testing.TB, dir string, d *Checkpoint) {
+	tb.Helper()
+	cm, err := checkpointmanager.NewCheckpointManager(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cm.CreateCheckpoint(CheckpointFile, d.Kubelet()); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Drain reads a manager's health updates until ctx ends, then closes done: the kubelet's pod
+// workers read them, and a manager may block on an unread channel.
+func Drain[T any](ctx context.Context, updates <-chan T, done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-updates:
+		}
+	}
+}
+
+// Plugin is the kubelet's own device-plugin stub serving ResourceName from a plugin
+// directory, answering Allocate with ContainerResponse.
+type Plugin struct {
+	S   *stub.Stub
+	dir string
+}
+
+// StartPlugin starts the stub with devs and registers it with the manager serving
+// dir/kubelet.sock; tb's cleanup stops it.
+func StartPlugin(tb testing.TB, dir string, devs []*pluginapi.Device) *Plugin {
+	tb.Helper()
+	s := stub.NewDevicePluginStub(logr.Discard(), devs, filepath.Join(dir, "gpu.sock"), ResourceName, false, false)
+	s.SetAllocFunc(allocate)
+	if err := s.Start(context.Background()); err != nil {
+		tb.Fatalf("starting the plugin stub: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Stop(logr.Discard()) })
+	p := &Plugin{S: s, dir: dir}
+	if err := p.register(); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// register registers the plugin with the manager serving kubelet.sock.
+func (p *Plugin) register() error {
+	if err := p.S.Register(context.Background(), filepath.Join(p.dir, KubeletSocketName), ResourceName, ""); err != nil {
+		return fmt.Errorf("registering the plugin stub: %w", err)
+	}
+	return nil
+}
+
+// Restart is what the plugin does when it sees a new kubelet.sock: serve its socket again
+// (the manager removed it at start) and register.
+func (p *Plugin) Restart() error {
+	if err := p.S.Restart(context.Background()); err != nil {
+		return fmt.Errorf("restarting the plugin stub: %w", err)
+	}
+	return p.register()
+}
+
+// WaitAllocatable spins until m reports want allocatable devices. It yields between checks
+// rather than sleeping, so that it adds no timer granularity to what is measured; every
+// manager is waited for the same way.
+func WaitAllocatable(tb testing.TB, m Manager, want int64) {
+	SpinUntil(tb, func() bool { return m.Allocatable() == want },
+		func() string { return fmt.Sprintf("allocatable is %d after 30s, want %d", m.Allocatable(), want) })
+}
+
+// SpinUntil checks done in a loop, yielding between checks (see WaitYieldEnv), until it
+// holds; after 30 s it fails the test with failure's message.
+func SpinUntil(tb testing.TB, done func() bool, failure func() string) {
+	var deadline time.Time
+	yield := waitYield(tb)
+	for i := 0; !done(); i++ {
+		yield()
+		if i%4096 == 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(30 * time.Second)
+			} else if time.Now().After(deadline) {
+				tb.Fatal(failure())
+			}
+		}
+	}
+}
+
+// WaitYieldEnv names what the wait loop does between checks: "gosched" (the default,
+// runtime.Gosched), "none" (nothing) or "sched_yield" (the system call, which yields the CPU
+// to other threads but keeps the goroutine on its processor). docs/benchmarks.md compares
+// them; the choice applies to every manager alike.
+const WaitYieldEnv = "UPSTREAMBENCH_WAIT_YIELD"
+
+// waitYield returns the wait loop's step between checks, as WaitYieldEnv selects it.
+func waitYield(tb testing.TB) func() {
+	switch v := os.Getenv(WaitYieldEnv); v {
+	case "", "gosched":
+		return runtime.Gosched
+	case "none":
+		return func() {}
+	case "sched_yield":
+		return func() { _, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+	default:
+		tb.Fatalf("%s=%q: want gosched, none or sched_yield", WaitYieldEnv, v)
+		return nil
+	}
+}
