@@ -110,6 +110,8 @@ type PageContainer struct {
 	Init    bool                `json:"init,omitempty"`
 	Sidecar bool                `json:"sidecar,omitempty"`
 	Devices map[string][]string `json:"devices,omitempty"`
+	// Unhealthy are the container's devices its result says are Unhealthy, sorted.
+	Unhealthy []string `json:"unhealthy,omitempty"`
 }
 
 // gracePeriod is the stopped-endpoint grace period in force.
@@ -221,6 +223,7 @@ func (a *Agent) pagePod(r *PodResult, now time.Time) PagePod {
 		if devs := c.Devices(); len(devs) > 0 {
 			pc.Devices = devs
 		}
+		pc.Unhealthy = c.unhealthyDevices()
 		p.Containers = append(p.Containers, pc)
 	}
 	return p

@@ -116,6 +116,21 @@ func (c ContainerResult) Devices() map[string][]string {
 	return out
 }
 
+// unhealthyDevices returns the IDs AllocatedResourcesStatus says are Unhealthy, sorted; nil
+// when none is.
+func (c ContainerResult) unhealthyDevices() []string {
+	var out []string
+	for _, rs := range c.AllocatedResourcesStatus {
+		for _, h := range rs.Resources {
+			if h.Health == v1.ResourceHealthStatusUnhealthy {
+				out = append(out, string(h.ResourceID))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // resultPath names a pod's result file inside dir: <namespace>_<name>_<uid>.json when every
 // part is made of letters, digits, '.', '-' and '_' and the name fits a file name, and
 // pod-<sha256 of the three>.json otherwise. The result is always a single file name below dir,

@@ -13,8 +13,8 @@ import (
 
 // TestPluginKillHealthViews: the GPU plugin is SIGKILLed while a pod holds two GPUs. Every view
 // of them turns Unhealthy, not only the node's (/api/state's device grid, allocatable 0): the
-// pod's /status entry and its pods/*.json. When the plugin is back, every view says Healthy
-// again.
+// pod's card on the page (/api/state), its /status entry and its pods/*.json. When the plugin
+// is back, every view says Healthy again.
 func TestPluginKillHealthViews(t *testing.T) {
 	for _, policy := range policies {
 		t.Run(policy, func(t *testing.T) {
@@ -35,11 +35,11 @@ func TestPluginKillHealthViews(t *testing.T) {
 }
 
 // expectHealth waits until the pod's GPUs ids have the health want in every view: the device
-// grid of /api/state, the pod's /status entry and its pods/*.json.
+// grid and the pod's card of /api/state, the pod's /status entry and its pods/*.json.
 func (n *node) expectHealth(name string, ids []string, want v1.ResourceHealthStatus) {
 	n.t.Helper()
 	n.eventually(name+"'s GPUs "+string(want)+" in every view", func(st agent.NodeStatus) bool {
-		grid := n.deviceGrid()
+		grid, card := n.pageHealth(name)
 		results, err := agent.ReadResults(resultsDir(n.rootDir))
 		if err != nil {
 			n.t.Fatal(err)
@@ -51,7 +51,8 @@ func (n *node) expectHealth(name string, ids []string, want v1.ResourceHealthSta
 			}
 		}
 		for _, id := range ids {
-			if grid[id] != string(want) || healthOf(pod(st, name), id) != want || healthOf(file, id) != want {
+			if grid[id] != string(want) || card[id] != (want == v1.ResourceHealthStatusUnhealthy) ||
+				healthOf(pod(st, name), id) != want || healthOf(file, id) != want {
 				return false
 			}
 		}
@@ -59,27 +60,38 @@ func (n *node) expectHealth(name string, ids []string, want v1.ResourceHealthSta
 	})
 }
 
-// deviceGrid returns the health of every GPU on the status page's device grid (/api/state);
-// nil while kdm does not answer.
-func (n *node) deviceGrid() map[string]string {
+// pageHealth returns, from the status page's state (/api/state), the health of every GPU on
+// the device grid and the GPUs the named pod's card marks unhealthy; nil while kdm does not
+// answer.
+func (n *node) pageHealth(name string) (grid map[string]string, card map[string]bool) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + n.healthAddr + "/api/state")
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var st agent.PageState
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
-		return nil
+		return nil, nil
 	}
-	out := map[string]string{}
+	grid, card = map[string]string{}, map[string]bool{}
 	for _, r := range st.Resources {
 		if r.Name != "nvidia.com/gpu" {
 			continue
 		}
 		for _, d := range r.Devices {
-			out[d.ID] = d.Health
+			grid[d.ID] = d.Health
 		}
 	}
-	return out
+	for _, p := range st.Pods {
+		if p.Name != name {
+			continue
+		}
+		for _, c := range p.Containers {
+			for _, id := range c.Unhealthy {
+				card[id] = true
+			}
+		}
+	}
+	return grid, card
 }

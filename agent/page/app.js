@@ -151,8 +151,10 @@
           const more = ids.length > IDS_SHOWN ? ` … (${ids.length} in all)` : "";
           return `<span title="${esc(ids.join(", "))}">${txt(res)}: ${esc(ids.slice(0, IDS_SHOWN).join(", "))}${more}</span>`;
         }).join("; ");
+        const sick = (c.unhealthy || []).map(visible);
+        const health = sick.length ? ` <span class="sick" title="${esc(sick.join(", "))}">${sick.length} unhealthy</span>` : "";
         body += `<div class="ctr"><span class="ctr-name">${txt(c.name)}</span>${kind} ` +
-          `<span class="devs">${devs || "no devices"}</span></div>`;
+          `<span class="devs">${devs || "no devices"}</span>${health}</div>`;
       }
     } else if (p.phase === "Pending") {
       if (p.waiting) {
