@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -366,4 +368,114 @@ func TestManifestParsedAndLoggedOnce(t *testing.T) {
 	if c := logCount(t, kdm, "big.yaml", "10485760"); c != 1 {
 		t.Errorf("big.yaml's report does not name the 10 MiB limit")
 	}
+}
+
+// noUIDManifest is a one-container pod manifest in namespace e2e without metadata.uid: kdm
+// derives the pod's UID from the file's content, so another content is another pod.
+func noUIDManifest(name string, gpus int) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: e2e
+spec:
+  containers:
+  - name: main
+    image: example.com/app
+    resources:
+%s`, name, gpuLimit(gpus))
+}
+
+// slowRewrite rewrites path in place from a shell, as `exec 3>file` does: truncate, write
+// half (a valid pod: the containers without their resources), pause, write the rest, close.
+// halfWritten runs while the shell pauses, its file still open for writing.
+func slowRewrite(t *testing.T, path, body string, pause time.Duration, halfWritten func()) {
+	t.Helper()
+	cut := strings.Index(body, "    resources:")
+	script := `exec 3>"$F"; printf '%s' "$HALF" >&3; echo half; sleep "$PAUSE"; printf '%s' "$REST" >&3; exec 3>&-`
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = append(os.Environ(), "F="+path, "HALF="+body[:cut], "REST="+body[cut:],
+		fmt.Sprintf("PAUSE=%.1f", pause.Seconds()))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "half\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the writer said %q (%v), want half", line, err)
+	}
+	halfWritten()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the writer: %v", err)
+	}
+}
+
+// TestManifestSlowRewriteKeepsPod (issue round 3, item 1): the manifest of a running 2-GPU pod
+// without metadata.uid is rewritten in place by a shell whose first write is a valid pod of
+// the same name asking for no GPU; it pauses 0.3 s, 1.5 s or 3 s, file open, before writing the
+// GPU limits. A 2-GPU pod written during the pause, on a node whose other 6 GPUs are taken,
+// must not get the running pod's GPUs, which keeps them, also when kdm is SIGKILLed and started
+// again during the pause.
+func TestManifestSlowRewriteKeepsPod(t *testing.T) {
+	rounds := []struct {
+		name    string
+		pause   time.Duration
+		restart bool
+	}{
+		{"pause-0.3s", 300 * time.Millisecond, false},
+		{"pause-1.5s", 1500 * time.Millisecond, false},
+		{"pause-3s", 3 * time.Second, false},
+		{"restart-during-3s-pause", 3 * time.Second, true},
+	}
+	forEachPolicy(t, func(t *testing.T, n *node, policy string) {
+		kdm := n.startWithGPUs(policy)
+		for i, r := range rounds {
+			a, filler, b, marker := fmt.Sprintf("a%d", i), fmt.Sprintf("filler%d", i), fmt.Sprintf("b%d", i), fmt.Sprintf("marker%d", i)
+			body := noUIDManifest(a, 2)
+			n.placeManifest(a+".yaml", body)
+			n.placeManifest(filler+".yaml", podManifest(filler, uidOf(filler), gpuLimit(6)))
+			st := n.eventually(r.name+": "+a+" and "+filler+" admitted", func(st agent.NodeStatus) bool {
+				return admitted(a, 2)(st) && admitted(filler, 6)(st)
+			})
+			running, aGPUs := pod(st, a).UID, sorted(visible(pod(st, a)))
+
+			slowRewrite(t, filepath.Join(n.manifests, a+".yaml"), body, r.pause, func() {
+				if r.restart {
+					kdm.kill()
+					kdm = n.startKdm("--policy", policy)
+					n.eventually(r.name+": kdm serving again", gpus(8))
+				}
+				n.placeManifest(b+".yaml", podManifest(b, uidOf(b), gpuLimit(2)))
+			})
+			n.placeManifest(marker+".yaml", podManifest(marker, uidOf(marker), gpuLimit(0)))
+			st = n.eventually(r.name+": "+marker+" admitted and "+b+" decided", func(st agent.NodeStatus) bool {
+				m := pod(st, marker)
+				return m != nil && m.Phase == agent.PhaseAdmitted && decided(b)(st)
+			})
+			p := pod(st, a)
+			if p == nil || p.UID != running || p.Phase != agent.PhaseAdmitted || !slices.Equal(sorted(visible(p)), aGPUs) {
+				t.Fatalf("%s: pod %s after the slow rewrite: %+v; want %s Admitted with %v", r.name, a, p, running, aGPUs)
+			}
+			if bp := pod(st, b); bp.Phase != agent.PhaseRejected || len(visible(bp)) != 0 {
+				t.Fatalf("%s: pod %s (2 GPUs, none free) is %s with %v: %s", r.name, b, bp.Phase, visible(bp), bp.Message)
+			}
+			if pr := n.podResources(); !slices.Equal(sorted(pr[a]), aGPUs) || len(pr[b]) != 0 {
+				t.Fatalf("%s: podresources %v, want %s with %v and nothing for %s", r.name, pr, a, aGPUs, b)
+			}
+			if c := logCount(t, kdm, "Pod removed", `pod="e2e/`+a+`"`); c != 0 {
+				t.Fatalf("%s: kdm released pod %s %d times", r.name, a, c)
+			}
+			for _, name := range []string{a, filler, b, marker} {
+				n.deletePod(name)
+			}
+			n.eventually(r.name+": the round's pods gone", func(st agent.NodeStatus) bool {
+				return pod(st, a) == nil && pod(st, filler) == nil && pod(st, b) == nil && pod(st, marker) == nil
+			})
+		}
+	})
 }
