@@ -7,7 +7,10 @@
 // and the outcome, with each container's device run options and device health, is written to
 // <root-dir>/kdm/pods/<namespace>_<name>_<uid>.json (Config.PodResultsDir). A pod whose allocation fails is rejected with
 // the kubelet's reason (UnexpectedAdmissionError) and message ("Allocate failed due to …,
-// which is unexpected"). Removing a manifest releases the pod's devices.
+// which is unexpected"). Removing a manifest releases the pod's devices. A file's new content
+// is judged only once no process has the file open for writing, and content that makes the file
+// another pod (another UID) replaces the running pod only once it has stood unchanged for 5 s,
+// so a slow rewrite in place never hands the running pod's devices to another pod.
 //
 // There is no container runtime: a pod admitted by an earlier run of the agent counts as
 // running (its app containers and sidecars), which is what the device manager's restart

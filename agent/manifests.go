@@ -57,7 +57,8 @@ type manifestPod struct {
 // manifestSource reads the manifest directory and remembers, per file, the last version that
 // could be read: a file that is empty, partially written, unparseable, too large or not a
 // regular file changes nothing, so its pod keeps running. A pod goes away only when its file
-// does, or when the file holds another pod (another UID).
+// does, or when the file holds another pod (another UID) and that content has settled (see
+// hold: no writer has the file open, and it has stood for manifestIdentitySettle).
 //
 // A file is read again only when its size, modification or change time, device or inode
 // changed; each problem is reported once per version of the file. A manifestSource is owned by
