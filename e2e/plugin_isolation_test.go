@@ -25,6 +25,7 @@ func TestHangingAllocateDelaysNoOtherResource(t *testing.T) {
 			KeepRegistering: true,
 			RetryBackoff:    50 * time.Millisecond,
 			MaxRetryBackoff: 500 * time.Millisecond,
+			RecordRequests:  true, // WaitForCalls below reads the Allocate requests
 		})
 		if err != nil {
 			t.Fatal(err)
