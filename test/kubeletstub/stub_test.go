@@ -15,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	stub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 var kdmBin string
@@ -51,14 +54,16 @@ type kdmProcess struct {
 	log  string
 }
 
-func startKdm(t *testing.T, base, addr string) *kdmProcess {
+// startKdm runs `kdm run --policy policy` on the directories under base, serving its status
+// on addr.
+func startKdm(t *testing.T, base, addr, policy string) *kdmProcess {
 	t.Helper()
 	logPath := filepath.Join(base, fmt.Sprintf("kdm-%d.log", time.Now().UnixNano()))
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(kdmBin, "run", "--root-dir", filepath.Join(base, "root"), "--device-plugin-dir", filepath.Join(base, "dp"),
+	cmd := exec.Command(kdmBin, "run", "--policy", policy, "--root-dir", filepath.Join(base, "root"), "--device-plugin-dir", filepath.Join(base, "dp"),
 		"--pod-manifest-path", filepath.Join(base, "pods"), "--healthz-bind-address", addr, "-v", "2")
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -124,21 +129,27 @@ func freeAddr(t *testing.T) string {
 }
 
 // TestKubeletStubPlugin runs the kubelet's own device-plugin stub
-// (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1) against a `kdm run`, for all
-// four combinations of PreStartRequired and GetPreferredAllocationAvailable: it registers, its
-// devices are allocated and reported, PreStartContainer is honoured, and it re-registers by
-// itself when kdm is restarted.
+// (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1, from the release go.mod pins;
+// the stub is the same in every supported release) against a `kdm run` under each kubelet
+// policy kdm supports, for all four combinations of PreStartRequired and
+// GetPreferredAllocationAvailable: it registers, its devices are allocated and reported,
+// PreStartContainer is honoured, it re-registers by itself when kdm is restarted, and a second
+// Register on its socket while it is connected gets the policy's answer.
 func TestKubeletStubPlugin(t *testing.T) {
-	for _, preStart := range []bool{false, true} {
-		for _, preferred := range []bool{false, true} {
-			t.Run(fmt.Sprintf("preStart=%v,preferred=%v", preStart, preferred), func(t *testing.T) {
-				testStub(t, preStart, preferred)
-			})
-		}
+	for _, kubelet := range devicemanager.KubeletVersions() {
+		t.Run(kubelet.Name, func(t *testing.T) {
+			for _, preStart := range []bool{false, true} {
+				for _, preferred := range []bool{false, true} {
+					t.Run(fmt.Sprintf("preStart=%v,preferred=%v", preStart, preferred), func(t *testing.T) {
+						testStub(t, kubelet, preStart, preferred)
+					})
+				}
+			}
+		})
 	}
 }
 
-func testStub(t *testing.T, preStart, preferred bool) {
+func testStub(t *testing.T, kubelet devicemanager.KubeletVersion, preStart, preferred bool) {
 	base, err := os.MkdirTemp("", "kdm-stub")
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +162,7 @@ func testStub(t *testing.T, preStart, preferred bool) {
 		}
 	}
 	addr := freeAddr(t)
-	kdm := startKdm(t, base, addr)
+	kdm := startKdm(t, base, addr, kubelet.Name)
 	eventually(t, addr, "kdm serving", func(agent.NodeStatus) bool { return true })
 
 	logger := ktesting.NewLogger(t, ktesting.NewConfig())
@@ -218,8 +229,24 @@ func testStub(t *testing.T, preStart, preferred bool) {
 
 	// kdm restarts: the stub sees kubelet.sock re-created and registers again by itself.
 	kdm.kill()
-	startKdm(t, base, addr)
+	startKdm(t, base, addr, kubelet.Name)
 	eventually(t, addr, "stub back after a kdm restart", func(st agent.NodeStatus) bool {
 		return st.Allocatable[resource] == 3 && len(st.Pods) == 1 && st.Pods[0].Phase == agent.PhaseAdmitted
 	})
+
+	// The stub registers again on the socket it is connected on. The kubelet v1.36 replaces
+	// the instance; from v1.37 the kubelet refuses, with gRPC's Unknown and the socket's path,
+	// and the stub stops serving when its Register fails.
+	err = s.Register(ctx, filepath.Join(dp, "kubelet.sock"), resource, dp)
+	if !kubelet.Policy.RejectSameSocketRegistration {
+		if err != nil {
+			t.Fatalf("a second Register on the connected socket: %v, want it accepted", err)
+		}
+		eventually(t, addr, "3 devices from the replacing instance", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == 3 })
+		return
+	}
+	want := "device plugin already connected: " + filepath.Join(dp, "stub.sock")
+	if st, ok := grpcstatus.FromError(err); err == nil || !ok || st.Code() != codes.Unknown || st.Message() != want {
+		t.Fatalf("a second Register on the connected socket: %v, want code Unknown and %q", err, want)
+	}
 }
