@@ -1,8 +1,10 @@
 package devicemanager
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -10,12 +12,19 @@ import (
 )
 
 // Bounds on the Register calls served at once. A Register holds a dial of up to the dial
-// timeout plus GetDevicePluginOptions; a plugin restarting needs one or two, so anything
-// beyond these is a flood (or a broken plugin looping) and is refused at once.
+// timeout plus GetDevicePluginOptions: a live plugin answers both within milliseconds, while a
+// socket that accepts but never answers holds its call for the whole timeout. So a call beyond
+// a bound is served all the same, and an older call is cancelled to make room: under
+// maxRegistersPerEndpoint the oldest for the same resource and endpoint (it dials the same
+// socket, so it is moot), under maxRegistersTotal the oldest of the registrant holding the most
+// calls (see registrant). A flood turns over among its own calls, however fast it comes, and
+// another registrant's call is never cancelled while the flood holds more calls than it.
 const (
-	// maxRegistersPerResource is how many Register calls for one resource may run at once.
-	maxRegistersPerResource = 2
+	// maxRegistersPerEndpoint is how many Register calls for one resource and endpoint may
+	// run at once; a plugin that restarts registers once or twice.
+	maxRegistersPerEndpoint = 2
 	// maxRegistersTotal is how many Register calls may run at once, all resources together.
+	// It bounds the memory and goroutines that dials in flight hold.
 	maxRegistersTotal = 32
 )
 
@@ -40,55 +49,135 @@ func (e *socketInUse) Error() string {
 
 func (e *socketInUse) Is(target error) bool { return target == ErrSocketInUse }
 
-// registerLimiter counts the Register calls in flight, per resource and in all, and refuses
-// one beyond the bounds. The zero value is ready to use with the default bounds. It is safe
-// for concurrent use; nothing blocks.
-type registerLimiter struct {
-	maxPerResource, maxTotal int // zero: the defaults above
+// ErrRegistrationSuperseded is matched (errors.Is) by the error of a Register call cancelled
+// because newer calls needed its slot (see maxRegistersTotal). gRPC sends it as
+// codes.ResourceExhausted.
+var ErrRegistrationSuperseded = errors.New("registration cancelled: superseded by newer registrations")
 
-	mu          sync.Mutex
-	total       int
-	perResource map[string]int // only resources with calls in flight, so it stays small
+// supersededError is the cause with which registerLimiter cancels a call's context.
+type supersededError struct {
+	resource, endpoint string
+	bound              string                  // which bound the newer call reached
+	cancel             context.CancelCauseFunc // the call's
 }
 
-// acquire admits one Register call for resource, or returns a codes.ResourceExhausted status
-// error naming the bound that was hit. On success the caller must call release exactly once.
-func (l *registerLimiter) acquire(resource string) (release func(), err error) {
-	perResource, total := l.maxPerResource, l.maxTotal
-	if perResource <= 0 {
-		perResource = maxRegistersPerResource
+func (e *supersededError) Error() string {
+	return fmt.Sprintf("%v (%s) while dialling endpoint %q of resource %q; a plugin that answers registers within milliseconds, retry",
+		ErrRegistrationSuperseded, e.bound, e.endpoint, e.resource)
+}
+
+func (e *supersededError) Is(target error) bool { return target == ErrRegistrationSuperseded }
+
+// GRPCStatus makes gRPC send the error as codes.ResourceExhausted with its text.
+func (e *supersededError) GRPCStatus() *status.Status {
+	return status.New(codes.ResourceExhausted, e.Error())
+}
+
+// registerLimiter bounds the Register calls in flight, per resource and endpoint and in all.
+// Nothing is refused and nothing waits: a call beyond a bound is admitted and an older call is
+// cancelled (see maxRegistersTotal), with a *supersededError as its context's cause. The zero
+// value is ready to use with the default bounds. It is safe for concurrent use.
+type registerLimiter struct {
+	maxPerEndpoint, maxTotal int // zero: the defaults above
+
+	mu    sync.Mutex
+	calls []*registerCall // in flight, oldest first; at most maxTotal
+}
+
+// registerCall is one admitted Register call.
+type registerCall struct {
+	resource, endpoint string
+	from               registrant
+	cancel             context.CancelCauseFunc
+}
+
+// admit counts one Register call for resource and endpoint, from the registrant that ctx's
+// gRPC peer names, and returns the context the call must run under: parent's, also cancelled
+// if newer calls supersede it, when superseded(ctx) returns the cause. The caller must call
+// done exactly once, when the call ends; later calls of done do nothing. The calls it
+// supersedes are cancelled before it returns.
+func (l *registerLimiter) admit(parent context.Context, resource, endpoint string) (ctx context.Context, done func()) {
+	perEndpoint, total := l.maxPerEndpoint, l.maxTotal
+	if perEndpoint <= 0 {
+		perEndpoint = maxRegistersPerEndpoint
 	}
 	if total <= 0 {
 		total = maxRegistersTotal
 	}
+	ctx, cancel := context.WithCancelCause(parent)
+	c := &registerCall{resource: resource, endpoint: endpoint, from: registrantOf(parent), cancel: cancel}
+	var victims []*supersededError
+	supersede := func(v *registerCall, bound string) {
+		l.calls = slices.DeleteFunc(l.calls, func(o *registerCall) bool { return o == v })
+		victims = append(victims, &supersededError{resource: v.resource, endpoint: v.endpoint, bound: bound, cancel: v.cancel})
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.perResource[resource] >= perResource {
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"%d registrations of resource %q are already in progress; retry after they finish", perResource, resource)
+	same := 0
+	for _, o := range l.calls {
+		if o.resource == resource && o.endpoint == endpoint {
+			same++
+		}
 	}
-	if l.total >= total {
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"%d device plugin registrations are already in progress; retry later", total)
+	if same >= perEndpoint {
+		i := slices.IndexFunc(l.calls, func(o *registerCall) bool { return o.resource == resource && o.endpoint == endpoint })
+		supersede(l.calls[i], fmt.Sprintf("%d calls for one resource and endpoint are served at once", perEndpoint))
 	}
-	if l.perResource == nil {
-		l.perResource = map[string]int{}
+	l.calls = append(l.calls, c)
+	if len(l.calls) > total {
+		supersede(l.victimLocked(), fmt.Sprintf("%d device plugin registrations are served at once", total))
 	}
-	l.perResource[resource]++
-	l.total++
+	l.mu.Unlock()
+	for _, v := range victims {
+		v.cancel(v)
+	}
 	var once sync.Once
-	return func() { once.Do(func() { l.release(resource) }) }, nil
+	return ctx, func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.calls = slices.DeleteFunc(l.calls, func(o *registerCall) bool { return o == c })
+			l.mu.Unlock()
+			cancel(nil)
+		})
+	}
 }
 
-func (l *registerLimiter) release(resource string) {
+// victimLocked picks the call to cancel when more than the total bound are in flight: the
+// oldest call of the process holding the most calls, and within it of the connection holding
+// the most; ties go to the registrant whose oldest call is the oldest. The newest call, last
+// in calls, is never picked. Callers hold mu; calls holds at least two.
+func (l *registerLimiter) victimLocked() *registerCall {
+	perProcess := map[int32]int{}
+	perConn := map[registrant]int{}
+	for _, c := range l.calls {
+		perProcess[c.from.pid]++
+		perConn[c.from]++
+	}
+	// Oldest first: a later call takes over only if its registrant holds strictly more.
+	var victim *registerCall
+	for _, c := range l.calls[:len(l.calls)-1] {
+		if victim == nil || perProcess[c.from.pid] > perProcess[victim.from.pid] ||
+			c.from.pid == victim.from.pid && perConn[c.from] > perConn[victim.from] {
+			victim = c
+		}
+	}
+	return victim
+}
+
+// inFlight returns how many calls count.
+func (l *registerLimiter) inFlight() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.total--
-	if l.perResource[resource] <= 1 {
-		delete(l.perResource, resource)
-		return
+	return len(l.calls)
+}
+
+// superseded returns the *supersededError with which the limiter cancelled ctx, a context
+// returned by admit, or nil if it did not.
+func superseded(ctx context.Context) error {
+	var s *supersededError
+	if errors.As(context.Cause(ctx), &s) {
+		return s
 	}
-	l.perResource[resource]--
+	return nil
 }
 
 // socketOwnerLocked returns the resource, other than resource, whose current endpoint is live

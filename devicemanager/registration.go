@@ -37,9 +37,11 @@ type registrationServer struct {
 //
 // Beyond the kubelet: the endpoint is resolved and must stay inside the plugin directory (see
 // pluginSocketPath); a socket that serves another resource is refused (ErrSocketInUse); and a
-// call beyond maxRegistersPerResource or maxRegistersTotal in flight is refused at once with
-// codes.ResourceExhausted. Repeated log lines of one cause are written once per
-// logRepeatInterval, with the number suppressed in between.
+// call beyond maxRegistersPerEndpoint or maxRegistersTotal in flight is served, while an
+// older call (the oldest of the busiest registrant, see registerLimiter) is cancelled and
+// fails with codes.ResourceExhausted (ErrRegistrationSuperseded), so that registrants that
+// never answer cannot lock a live plugin out. Repeated log lines of one cause are written
+// once per logRepeatInterval, with the number suppressed in between.
 func (s *registrationServer) Register(ctx context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	m := s.m
 	m.metrics.countRegistration(r.ResourceName)
@@ -55,13 +57,8 @@ func (s *registrationServer) Register(ctx context.Context, r *pluginapi.Register
 		s.logError(log, cause+err.Error(), err, "Bad registration request from device plugin")
 		return &pluginapi.Empty{}, err
 	}
-	release, err := s.limiter.acquire(r.ResourceName)
-	if err != nil {
-		// One cause for every refusal of the same bound, whatever the resource names.
-		s.logError(log, "\x00exhausted\x00"+status.Convert(err).Message(), err, "Refused registration request from device plugin")
-		return &pluginapi.Empty{}, err
-	}
-	defer release()
+	ctx, done := s.limiter.admit(ctx, r.ResourceName, r.Endpoint)
+	defer done()
 	if s.allowLog(cause + "request") {
 		log.V(2).Info("Got registration request from device plugin")
 	}
@@ -71,6 +68,11 @@ func (s *registrationServer) Register(ctx context.Context, r *pluginapi.Register
 		return &pluginapi.Empty{}, err
 	}
 	if _, err := m.connect(ctx, r.ResourceName, path, filepath.Join(m.cfg.PluginDir, r.Endpoint)); err != nil {
+		if err := superseded(ctx); err != nil {
+			// One cause for every superseded call, whatever it names.
+			s.logError(log, "\x00superseded", err, "Cancelled a registration request superseded by newer ones")
+			return &pluginapi.Empty{}, err
+		}
 		key := cause + err.Error()
 		var inUse *socketInUse
 		if errors.As(err, &inUse) {

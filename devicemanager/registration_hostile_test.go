@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -222,8 +223,11 @@ func TestSocketOwnershipRace(t *testing.T) {
 	}
 }
 
-// TestRegisterInFlightLimit: a third Register for one resource while two are in flight is
-// refused at once with ResourceExhausted; once they end, the resource registers again.
+// TestRegisterInFlightLimit: a third Register for one resource and endpoint while two are in
+// flight is served, and the oldest of the two fails at once with ResourceExhausted naming the
+// resource; another resource is not held up; once the calls end, the resource registers.
+// (Before, the third call itself was refused, so that a flood of silent sockets locked a live
+// plugin out for the whole dial timeout; TestRegisterFloodOfSilentPlugins covers that.)
 func TestRegisterInFlightLimit(t *testing.T) {
 	dir := shortDir(t)
 	m := testManager(t, dir, Config{}, Sources{})
@@ -232,81 +236,156 @@ func TestRegisterInFlightLimit(t *testing.T) {
 	hung.SetFaults(deviceplugin.Faults{HangOptions: true})
 
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var wg sync.WaitGroup
-	for range maxRegistersPerResource {
+	results := make([]chan error, maxRegistersPerEndpoint+1)
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer wcancel()
+	for i := range results { // one at a time, so that the first is the oldest
+		results[i] = make(chan error, 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = client.Register(ctx, &pluginapi.RegisterRequest{Version: pluginapi.Version, ResourceName: gpu, Endpoint: "hung.sock"})
+			_, err := client.Register(ctx, &pluginapi.RegisterRequest{Version: pluginapi.Version, ResourceName: gpu, Endpoint: "hung.sock"})
+			results[i] <- err
 		}()
+		if err := hung.WaitForCalls(wctx, func(c deviceplugin.Calls) bool { return c.Options == i+1 }); err != nil {
+			t.Fatalf("Register %d never reached the plugin: %v", i+1, err)
+		}
 	}
-	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer wcancel()
-	if err := hung.WaitForCalls(wctx, func(c deviceplugin.Calls) bool { return c.Options == maxRegistersPerResource }); err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-results[0]:
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), ErrRegistrationSuperseded.Error()) ||
+			!strings.Contains(err.Error(), gpu) {
+			t.Errorf("oldest Register in flight: got %v, want ResourceExhausted (%v) naming %s", err, ErrRegistrationSuperseded, gpu)
+		}
+	case <-wctx.Done():
+		t.Fatal("the oldest Register in flight was not cancelled when a third one came")
 	}
-	start := time.Now()
-	err := register(client, gpu, "hung.sock")
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), gpu) {
-		t.Errorf("third Register in flight: got %v, want ResourceExhausted naming %s", err, gpu)
+	for i, res := range results[1:] {
+		select {
+		case err := <-res:
+			t.Errorf("Register %d ended while the bound allows it: %v", i+2, err)
+		default:
+		}
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("the refusal took %v; want it at once", d)
-	}
-	// Another resource is not held up by gpu's bound.
+	// Another resource is not held up by gpu's calls.
 	testPlugin(t, dir, "example.com/other", "other.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "x"))
 	waitFor(t, m, "the other resource", func() bool { return capacityIs(m, "example.com/other", 1, 1) })
 
 	cancel()
 	wg.Wait()
-	// The clients are gone; the server's handlers give their slots back once their dials
-	// see the cancellation. A Register naming a missing socket fails at once, with
-	// ResourceExhausted only while slots are still held.
-	deadline := time.Now().Add(waitTimeout)
-	for status.Code(register(client, gpu, "missing.sock")) == codes.ResourceExhausted {
-		if time.Now().After(deadline) {
-			t.Fatal("the cancelled registrations never gave their slots back")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "a"))
 	waitFor(t, m, "gpu registered once the calls in flight ended", func() bool { return capacityIs(m, gpu, 1, 1) })
 }
 
+// TestRegisterLimiter: past a bound the newest call is admitted and an older one is cancelled
+// with a superseded cause: the oldest for the same resource and endpoint, or, past the total,
+// the oldest of the busiest registrant; done is idempotent and the limiter forgets every call
+// that ended.
 func TestRegisterLimiter(t *testing.T) {
-	l := &registerLimiter{maxPerResource: 2, maxTotal: 3}
-	relA1, err := l.acquire("a")
-	if err != nil {
-		t.Fatal(err)
+	l := &registerLimiter{maxPerEndpoint: 2, maxTotal: 3}
+	bg := context.Background()
+	a1, doneA1 := l.admit(bg, "a", "s")
+	a2, doneA2 := l.admit(bg, "a", "s")
+	a3, doneA3 := l.admit(bg, "a", "s") // supersedes a1: 2 per resource and endpoint
+	wantSuperseded(t, "a1 after a third call for a and s", a1, "a", "2 calls for one resource and endpoint")
+	wantLive(t, "a2", a2)
+	wantLive(t, "a3", a3)
+	b1, doneB1 := l.admit(bg, "b", "s")
+	wantLive(t, "b1", b1)
+	c1, doneC1 := l.admit(bg, "c", "t") // supersedes a2, the oldest: 3 in all
+	wantSuperseded(t, "a2 after a fourth call in flight", a2, "a", "3 device plugin registrations")
+	for what, ctx := range map[string]context.Context{"a3": a3, "b1": b1, "c1": c1} {
+		wantLive(t, what, ctx)
 	}
-	relA2, err := l.acquire("a")
-	if err != nil {
-		t.Fatal(err)
+	doneA1() // superseded calls no longer count: nothing more is freed
+	doneA2()
+	doneB1()
+	doneB1() // idempotent: must not free a second slot
+	if n := l.inFlight(); n != 2 {
+		t.Fatalf("after b1 ended: %d in flight, want 2 (a3, c1)", n)
 	}
-	if _, err := l.acquire("a"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `resource "a"`) {
-		t.Fatalf("third acquire of a: %v, want ResourceExhausted naming the resource", err)
+	d1, doneD1 := l.admit(bg, "d", "u") // a free slot: nothing is superseded
+	wantLive(t, "a3", a3)
+	wantLive(t, "d1", d1)
+	if superseded(b1) != nil {
+		t.Errorf("a call that ended is reported superseded: %v", superseded(b1))
 	}
-	relB, err := l.acquire("b")
-	if err != nil {
-		t.Fatal(err)
+	parent, cancel := context.WithCancel(bg)
+	e1, doneE1 := l.admit(parent, "e", "v") // supersedes a3
+	wantSuperseded(t, "a3 after a fourth call in flight", a3, "a", "3 device plugin registrations")
+	cancel()
+	if e1.Err() == nil || superseded(e1) != nil {
+		t.Errorf("a call whose caller went: err %v, superseded %v; want cancelled, not superseded", e1.Err(), superseded(e1))
 	}
-	if _, err := l.acquire("c"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "3 device plugin registrations") {
-		t.Fatalf("acquire past the total: %v, want ResourceExhausted naming the bound", err)
+	for _, done := range []func(){doneA3, doneC1, doneD1, doneE1} {
+		done()
 	}
-	relA1()
-	relA1() // idempotent: must not free a second slot
-	if _, err := l.acquire("c"); err != nil {
-		t.Fatalf("acquire after a release: %v", err)
+	if n := l.inFlight(); n != 0 {
+		t.Fatalf("%d calls still counted after all ended", n)
 	}
-	if _, err := l.acquire("c"); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("double release freed two slots: %v", err)
+}
+
+// TestRegisterLimiterBusiestRegistrant: past the total, the cancelled call is the oldest of
+// the process holding the most calls, and within it of the connection holding the most; a
+// registrant with fewer calls keeps its call however many newer calls come.
+func TestRegisterLimiterBusiestRegistrant(t *testing.T) {
+	l := &registerLimiter{maxTotal: 4}
+	from := func(pid int32, conn uint64) context.Context {
+		return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: registrantInfo{registrant: registrant{pid: pid, conn: conn}}})
 	}
-	relA2()
-	relB()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.total != 1 || len(l.perResource) != 1 || l.perResource["c"] != 1 {
-		t.Fatalf("limiter state total=%d perResource=%v, want only c's one call", l.total, l.perResource)
+	var dones []func()
+	admit := func(ctx context.Context, resource string) context.Context {
+		c, done := l.admit(ctx, resource, resource+".sock")
+		dones = append(dones, done)
+		return c
+	}
+	defer func() {
+		for _, done := range dones {
+			done()
+		}
+	}()
+	live := admit(from(2, 9), "live")       // another process, the oldest call
+	f1 := admit(from(1, 1), "f1")           // the flood: process 1, connection 1
+	other := admit(from(1, 2), "same-proc") // process 1, another connection
+	f2 := admit(from(1, 1), "f2")
+	f3 := admit(from(1, 1), "f3") // 5 > 4: process 1 holds 4, connection 1 holds 3
+	wantSuperseded(t, "the flood's oldest call", f1, "f1", "4 device plugin registrations")
+	for i := range 20 {
+		admit(from(1, 1), fmt.Sprintf("f%d", i+4))
+	}
+	wantLive(t, "another process's call", live)
+	wantLive(t, "the flooding process's call on a quieter connection", other)
+	wantSuperseded(t, "older flood calls", f2, "f2", "4 device plugin registrations")
+	wantSuperseded(t, "older flood calls", f3, "f3", "4 device plugin registrations")
+	// Registrants holding as many calls each: the oldest call goes.
+	l2 := &registerLimiter{maxTotal: 2}
+	x, doneX := l2.admit(from(3, 1), "x", "x.sock")
+	y, doneY := l2.admit(from(4, 1), "y", "y.sock")
+	z, doneZ := l2.admit(from(5, 1), "z", "z.sock")
+	defer func() { doneX(); doneY(); doneZ() }()
+	wantSuperseded(t, "the oldest of equals", x, "x", "2 device plugin registrations")
+	wantLive(t, "y", y)
+	wantLive(t, "z", z)
+}
+
+func wantSuperseded(t *testing.T, what string, ctx context.Context, resource, bound string) {
+	t.Helper()
+	if ctx.Err() == nil {
+		t.Fatalf("%s is not cancelled", what)
+	}
+	err := superseded(ctx)
+	if status.Code(err) != codes.ResourceExhausted || !errors.Is(err, ErrRegistrationSuperseded) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("resource %q", resource)) || !strings.Contains(err.Error(), bound) {
+		t.Fatalf("%s: cause %v, want ResourceExhausted %v naming resource %q and %q", what, err, ErrRegistrationSuperseded, resource, bound)
+	}
+}
+
+func wantLive(t *testing.T, what string, ctx context.Context) {
+	t.Helper()
+	if ctx.Err() != nil {
+		t.Fatalf("%s is cancelled: %v", what, context.Cause(ctx))
 	}
 }
 

@@ -1,0 +1,161 @@
+package devicemanager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/deviceplugin"
+)
+
+// silentSocket listens on path and accepts connections, but never reads from nor writes to
+// them: a registrant that never answers (no HTTP/2, so a dial to it waits for its timeout).
+// The connections and the listener close at cleanup.
+func silentSocket(t *testing.T, path string) {
+	t.Helper()
+	lis := listenUnix(t, path)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = lis.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+}
+
+// registerFlood runs workers goroutines, each registering its own silent socket in a loop
+// (resource(i, n) names the resource of worker i's n-th call), until stop is called, which
+// waits for them. exhausted counts the calls answered with ResourceExhausted.
+func registerFlood(t *testing.T, client pluginapi.RegistrationClient, dir string, workers int,
+	resource func(worker, call int) string) (exhausted *atomic.Int64, stop func()) {
+	t.Helper()
+	for i := range workers {
+		silentSocket(t, filepath.Join(dir, fmt.Sprintf("silent-%d.sock", i)))
+	}
+	exhausted = new(atomic.Int64)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ctx.Err() == nil; n++ {
+				_, err := client.Register(ctx, &pluginapi.RegisterRequest{Version: pluginapi.Version,
+					ResourceName: resource(i, n), Endpoint: fmt.Sprintf("silent-%d.sock", i)})
+				if status.Code(err) == codes.ResourceExhausted {
+					exhausted.Add(1)
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return exhausted, stop
+}
+
+// floodRegisterDeadline is how long a live plugin may take to register while silent sockets
+// flood kubelet.sock: its first Register, or its SDK's retries after 500 ms and 1.5 s. Without
+// the flood it takes milliseconds; with the old refusing limiter, the silent dials' 10 s.
+const floodRegisterDeadline = 2 * time.Second
+
+// TestRegisterFloodOfSilentPlugins: 64 registrants whose sockets accept but never answer
+// register in a loop, more than every bound on the calls in flight, naming other resources or
+// the live plugin's own. A live plugin (the SDK, real sockets) starting during the flood still
+// registers within floodRegisterDeadline, and flood calls fail with ResourceExhausted
+// ("superseded by newer registrations") instead of holding their slots for the dial timeout.
+func TestRegisterFloodOfSilentPlugins(t *testing.T) {
+	const workers = 64
+	for _, tc := range []struct {
+		name     string
+		resource func(worker, call int) string
+	}{
+		{"other resources", func(w, n int) string { return fmt.Sprintf("flood.example/r%d-%d", w, n) }},
+		{"the live plugin's resource", func(int, int) string { return gpu }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := shortDir(t)
+			m := testManager(t, dir, Config{Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0)))}, Sources{})
+			exhausted, stop := registerFlood(t, registrationClient(t, m.SocketPath()), dir, workers, tc.resource)
+			deadline := time.Now().Add(waitTimeout)
+			for exhausted.Load() == 0 { // the bounds are reached
+				if time.Now().After(deadline) {
+					t.Fatal("the flood never reached the bounds on Register calls in flight")
+				}
+				time.Sleep(time.Millisecond)
+			}
+
+			started := time.Now()
+			testPlugin(t, dir, gpu, "live.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "a", "b"),
+				func(c *deviceplugin.Config) { c.KeepRegistering = true })
+			if !registersWithin(m, floodRegisterDeadline, func() bool { return capacityIs(m, gpu, 2, 2) }) {
+				stop()
+				waitFor(t, m, "the live plugin's devices once the flood stopped", func() bool { return capacityIs(m, gpu, 2, 2) })
+				t.Fatalf("the live plugin did not register within %v of its start while silent registrants flooded "+
+					"kubelet.sock; it did %v after its start, once the flood stopped", floodRegisterDeadline, time.Since(started))
+			}
+			t.Logf("the live plugin registered %v after its start, during the flood (%d flood calls got ResourceExhausted)",
+				time.Since(started), exhausted.Load())
+			stop()
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			for res, info := range m.endpoints {
+				if res != gpu && info.ep != nil {
+					t.Errorf("flood resource %s has an endpoint", res)
+				}
+			}
+			if info := m.endpoints[gpu]; info.ep == nil || filepath.Base(info.ep.SocketPath()) != "live.sock" {
+				t.Errorf("%s is served by %+v, want live.sock", gpu, info.ep)
+			}
+		})
+	}
+}
+
+// registersWithin reports whether cond holds within limit, re-checking at every device or
+// endpoint change of m.
+func registersWithin(m *Manager, limit time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for {
+		m.mu.Lock()
+		changed := m.deviceChange
+		m.mu.Unlock()
+		if cond() {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return cond()
+		}
+	}
+}
