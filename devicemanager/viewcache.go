@@ -11,8 +11,9 @@ import (
 // viewCache keeps the device views Resources returned, per resource, so that the status
 // page's and the agent's once-a-second calls neither hold mu for work that grows with the
 // number of devices nor copy a million devices when nothing changed: a resource's listed
-// devices are read again only after a device change (the manager's deviceChange channel was
-// replaced, or its device sets changed size), and sorted and turned into views without mu.
+// devices are read again only after they or their health changed (the state's ListVersion of
+// that resource moved), and sorted and turned into views without mu. A change of one
+// resource costs nothing for the others.
 // Holders and reservations, which are few, are read at every call; the views are rebuilt,
 // from the listed devices kept, only for a resource whose holders or reservations changed.
 //
@@ -25,10 +26,8 @@ type viewCache struct {
 
 // cachedViews is what a resource's views were built from, and the views.
 type cachedViews struct {
-	// changed is the manager's deviceChange channel, and healthy and unhealthy the sizes of
-	// the resource's device sets, when listed was read.
-	changed            chan struct{}
-	healthy, unhealthy int
+	// version is the resource's ListVersion when listed was read.
+	version uint64
 	// listed are the devices in the plugin's list or the device sets, sorted by ID, without
 	// holders or reservations.
 	listed []DeviceView
@@ -50,10 +49,9 @@ type listedDevice struct {
 
 // deviceRead is what Resources reads of one resource under mu.
 type deviceRead struct {
-	changed            chan struct{}
-	healthy, unhealthy int
-	held               map[string][]deviceHolder
-	reserved           []string
+	version  uint64
+	held     map[string][]deviceHolder
+	reserved []string
 	// devices is nil when the cached listed devices are still current.
 	devices []listedDevice
 }
@@ -61,12 +59,11 @@ type deviceRead struct {
 // readDevicesLocked reads what the resource's views need, the listed devices only when the
 // cache has none current. Callers hold mu and c.mu.
 func (m *Manager) readDevicesLocked(c *viewCache, res string, held map[string][]deviceHolder) deviceRead {
-	healthy, unhealthy := m.st.Healthy(res), m.st.Unhealthy(res)
-	r := deviceRead{changed: m.deviceChange, healthy: healthy.Len(), unhealthy: unhealthy.Len(),
-		held: held, reserved: m.st.ReservedIDs(res)}
-	if cv := c.byRes[res]; cv != nil && cv.changed == r.changed && cv.healthy == r.healthy && cv.unhealthy == r.unhealthy {
+	r := deviceRead{version: m.st.ListVersion(res), held: held, reserved: m.st.ReservedIDs(res)}
+	if cv := c.byRes[res]; cv != nil && cv.version == r.version {
 		return r
 	}
+	healthy, unhealthy := m.st.Healthy(res), m.st.Unhealthy(res)
 	healthOf := func(id string) string {
 		switch {
 		case healthy.Has(id):
@@ -76,11 +73,11 @@ func (m *Manager) readDevicesLocked(c *viewCache, res string, held map[string][]
 		}
 		return DeviceUnknown
 	}
-	r.devices = make([]listedDevice, 0, r.healthy+r.unhealthy)
+	r.devices = make([]listedDevice, 0, healthy.Len()+unhealthy.Len())
 	for id, d := range m.st.Devices(res) {
 		r.devices = append(r.devices, listedDevice{id: id, health: healthOf(id), nodes: d.NUMANodes})
 	}
-	if len(r.devices) != r.healthy+r.unhealthy {
+	if len(r.devices) != healthy.Len()+unhealthy.Len() {
 		// The sets name a device the plugin's list does not (or the list names one twice):
 		// not expected, but shown as the sets have it.
 		for id := range healthy.Union(unhealthy) {
@@ -97,7 +94,7 @@ func (m *Manager) readDevicesLocked(c *viewCache, res string, held map[string][]
 func (c *viewCache) views(res string, r deviceRead) []DeviceView {
 	cv := c.byRes[res]
 	if r.devices != nil || cv == nil {
-		cv = &cachedViews{changed: r.changed, healthy: r.healthy, unhealthy: r.unhealthy}
+		cv = &cachedViews{version: r.version}
 		cv.listed, cv.unlisted = listedViews(r.devices)
 		if c.byRes == nil {
 			c.byRes = map[string]*cachedViews{}

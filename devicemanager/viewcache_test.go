@@ -163,6 +163,31 @@ func TestResourcesUnchangedCopiesNothing(t *testing.T) {
 	}
 }
 
+// TestResourcesReadsOnlyTheChangedResource: a health change of one small resource makes the
+// next Resources call read that resource again, not a 100,000-device resource beside it,
+// whose views are kept (the state's ListVersion is per resource).
+func TestResourcesReadsOnlyTheChangedResource(t *testing.T) {
+	const n = 100_000
+	f := newAllocFixture(t, Config{})
+	small := f.plugin(gpu, &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g0", "g1"))
+	large := "example.com/large"
+	testPlugin(t, f.dir, large, "large.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, ids("dev-", n)...))
+	waitFor(t, f.m, "the large resource", func() bool { return capacityIs(f.m, large, n, n) })
+	f.m.Resources()
+	if err := small.SetHealth("g1", pluginapi.Unhealthy); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, f.m, "the small resource's health change", func() bool { return capacityIs(f.m, gpu, 2, 1) })
+	const bound = 256 << 10 // reading the large resource again is about 20 MB
+	if b := allocated(f.m.Resources); b > bound {
+		t.Errorf("the Resources call after another resource's health change allocated %d bytes, want at most %d", b, bound)
+	}
+	views := f.m.Resources()
+	if views[0].Name != gpu || views[0].Devices[1].Health != DeviceUnhealthy {
+		t.Fatalf("the changed resource's views were not rebuilt: %+v", views[0].Devices)
+	}
+}
+
 // allocated returns the bytes of heap fn allocates (with any other goroutine meanwhile).
 func allocated[T any](fn func() T) uint64 {
 	var before, after runtime.MemStats

@@ -50,6 +50,9 @@ type resource struct {
 	// stoppedAt is when the resource's last instance went away (or when it was restored from
 	// the checkpoint); zero while connected.
 	stoppedAt time.Time
+	// version is the state's listVersion at the last change of devs, healthy or unhealthy
+	// (ListVersion).
+	version uint64
 }
 
 func (r *resource) hasSets() bool { return r.healthy != nil }
@@ -57,9 +60,12 @@ func (r *resource) hasSets() bool { return r.healthy != nil }
 // State is the device and assignment state of one manager. The zero value is not usable; use
 // New. Its methods must not be called concurrently.
 type State struct {
-	opts      Options
-	resources map[string]*resource
-	pods      podDevices
+	// listVersion counts changes of any resource's listed devices or health sets; each
+	// resource records the count at its last change (ListVersion).
+	listVersion uint64
+	opts        Options
+	resources   map[string]*resource
+	pods        podDevices
 	// held counts, per resource and device, the containers whose allocation names the device:
 	// a device is allocated while its count is positive.
 	held    map[string]map[string]int
@@ -131,6 +137,7 @@ func (s *State) Disconnect(res string, now time.Time) bool {
 		}
 		r.healthy, r.free, r.setsFollowList = sets.New[string](), nil, false
 		r.registered.changed()
+		s.listChanged(r)
 	}
 	return true
 }
@@ -142,8 +149,10 @@ func (s *State) AddRestored(res string, now time.Time) {
 	if _, ok := s.resources[res]; ok {
 		return
 	}
-	s.resources[res] = &resource{healthy: sets.New[string](), unhealthy: sets.New[string](),
+	r := &resource{healthy: sets.New[string](), unhealthy: sets.New[string](),
 		devs: newDeviceTable(0), stoppedAt: now}
+	s.resources[res] = r
+	s.listChanged(r)
 	s.publishCapacity()
 }
 
@@ -180,10 +189,29 @@ func (s *State) applyDeviceList(res string, devs []*pluginapi.Device, collect bo
 	}
 	r.listed = true
 	r.named = r.named || len(devs) > 0
+	s.listChanged(r)
 	if changed, ok := r.updateInPlace(devs); ok {
 		return changed
 	}
 	return r.rebuild(devs, collect)
+}
+
+// listChanged records that r's listed devices or health sets change now.
+func (s *State) listChanged(r *resource) {
+	s.listVersion++
+	r.version = s.listVersion
+}
+
+// ListVersion returns a number that changes whenever the resource's listed devices or their
+// health change (a device list applied, a disconnect, a restore), and never goes back to an
+// earlier value, also across the resource's removal and return; 0 for an unknown resource. A
+// reader that keeps something built from Devices, Healthy and Unhealthy can keep it while
+// the version stays the same.
+func (s *State) ListVersion(res string) uint64 {
+	if r := s.resources[res]; r != nil {
+		return r.version
+	}
+	return 0
 }
 
 // gracePeriodExpired reports whether the resource's plugin has been away for more than grace

@@ -589,3 +589,37 @@ func TestRestoreOrdersEntries(t *testing.T) {
 		})
 	}
 }
+
+// TestListVersion: a resource's version moves with every list applied to it and with its
+// disconnect, not with another resource's changes, and never repeats after a removal.
+func TestListVersion(t *testing.T) {
+	s := New(Options{})
+	if v := s.ListVersion("a"); v != 0 {
+		t.Fatalf("unknown resource's version %d, want 0", v)
+	}
+	s.Connect("a")
+	s.ApplyDeviceList("a", []*pluginapi.Device{{ID: "1", Health: pluginapi.Healthy}})
+	a1 := s.ListVersion("a")
+	s.Connect("b")
+	s.ApplyDeviceList("b", []*pluginapi.Device{{ID: "1", Health: pluginapi.Healthy}})
+	if s.ListVersion("a") != a1 || a1 == 0 {
+		t.Fatalf("a's version %d moved with b's list (was %d)", s.ListVersion("a"), a1)
+	}
+	s.ApplyDeviceList("a", []*pluginapi.Device{{ID: "1", Health: pluginapi.Unhealthy}})
+	a2 := s.ListVersion("a")
+	if a2 == a1 {
+		t.Fatalf("a health flip left a's version at %d", a1)
+	}
+	s.ApplyDeviceList("a", []*pluginapi.Device{{ID: "1", Health: pluginapi.Healthy}})
+	a3 := s.ListVersion("a")
+	s.Disconnect("a", time.Unix(1, 0)) // its healthy device turns unhealthy
+	if s.ListVersion("a") == a3 {
+		t.Fatalf("a disconnect left a's version at %d", a3)
+	}
+	last := s.ListVersion("a")
+	s.Forget("a")
+	s.AddRestored("a", time.Unix(2, 0))
+	if v := s.ListVersion("a"); v <= last {
+		t.Fatalf("a's version after removal and return %d, want above %d", v, last)
+	}
+}
