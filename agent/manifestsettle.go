@@ -42,8 +42,8 @@ type pendingContent struct {
 	err   error // why the content is no pod at all
 }
 
-// hold reports whether the file's new content (mp, nil when the content is no pod) must not
-// be judged yet, and if so makes sure the source asks to be scanned again when it may be.
+// hold reports whether the file's new content pc, read with stamp, must not be judged yet,
+// and if so makes sure the source asks to be scanned again when it may be.
 // Content is held back while the directory is still changing (manifestDebounce), while the
 // file changed during the read or a process has it open for writing (manifestWriterWait), and,
 // when it gives the file's pod another identity, until it has stood for
@@ -89,8 +89,8 @@ func (s *manifestSource) hold(path string, f *manifestFile, stamp fileStamp, pc 
 // identity returns the UID of the running pod that the file's new content, naming pod, would
 // replace: the file's last good version, or, after a restart, a pod of the same namespace
 // and name that was admitted before it and has not been seen since (the new source does not
-// know which file held it, and a pod's name comes before anything a writer could still be
-// writing). It returns "" when there is none.
+// know which file held it, and the first part of a rewrite that parses as a pod already names
+// the pod). It returns "" when there is none.
 func (s *manifestSource) identity(f *manifestFile, pod *v1.Pod) types.UID {
 	if f.last != nil {
 		return f.last.pod.UID
