@@ -33,7 +33,9 @@ const (
 const ReasonUnexpectedAdmissionError = "UnexpectedAdmissionError"
 
 // PodResult is what the agent writes to <root-dir>/kdm/pods/<namespace>_<name>_<uid>.json for each
-// pod: the admission outcome and, per container, the device run options and device health.
+// pod: the admission outcome and, per container, the device run options and device health. Its
+// JSON form is the versioned schema of docs/pod-results.md (MarshalJSON); UnmarshalJSON also
+// reads the unversioned results of earlier kdm versions.
 type PodResult struct {
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
@@ -75,27 +77,31 @@ func (r *PodResult) ConflictWarning() string {
 		". The device stays with these pods and goes to no other; delete the pod that should not hold it."
 }
 
-// ContainerResult is one container's devices as the runtime would receive them.
+// ContainerResult is one container's devices as the runtime would receive them. Its JSON form
+// is the kdm.io/v1 schema of docs/pod-results.md (MarshalJSON).
 type ContainerResult struct {
-	Name                     string                             `json:"name"`
-	Init                     bool                               `json:"init,omitempty"`
-	Sidecar                  bool                               `json:"sidecar,omitempty"`
-	RunOptions               *devicemanager.RunContainerOptions `json:"runOptions,omitempty"`
-	AllocatedResourcesStatus []v1.ResourceStatus                `json:"allocatedResourcesStatus,omitempty"`
+	Name       string
+	Init       bool
+	Sidecar    bool
+	RunOptions *devicemanager.RunContainerOptions
+	// AllocatedResourcesStatus is the health of the container's devices, as the kubelet
+	// reports it in the Pod's status.
+	AllocatedResourcesStatus []v1.ResourceStatus
 	// Requests are the container's device requests (extended-resource limits) as admitted.
-	Requests map[string]int64 `json:"requests,omitempty"`
+	Requests map[string]int64
 	// Allocations are the container's devices as the checkpoint holds them: kdm's second copy,
 	// from which assignments are restored when the checkpoint is lost.
-	Allocations []Allocation `json:"allocations,omitempty"`
+	Allocations []Allocation
 }
 
 // Allocation is one resource's devices of one container, with the NUMA nodes recorded at
-// allocation time and the plugin's Allocate response (protobuf bytes) exactly as
-// checkpointed.
+// allocation time and the plugin's Allocate response (protobuf bytes), in the checkpoint's
+// form. Its JSON form lists each device once with its NUMA nodes and the response as plain
+// JSON (docs/pod-results.md).
 type Allocation struct {
-	Resource  string                    `json:"resource"`
-	DeviceIDs checkpoint.DevicesPerNUMA `json:"deviceIDs"`
-	AllocResp []byte                    `json:"allocResp,omitempty"`
+	Resource  string
+	DeviceIDs checkpoint.DevicesPerNUMA
+	AllocResp []byte
 }
 
 // Devices returns the container's device IDs per resource, sorted, each listed once.

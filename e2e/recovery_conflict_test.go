@@ -119,11 +119,9 @@ func (n *node) editRecord(name, from, to string) {
 		for _, c := range r["containers"].([]any) {
 			allocs, _ := c.(map[string]any)["allocations"].([]any)
 			for _, al := range allocs {
-				for _, ids := range al.(map[string]any)["deviceIDs"].(map[string]any) {
-					for i, id := range ids.([]any) {
-						if id == from {
-							ids.([]any)[i], edited = to, true
-						}
+				for _, d := range al.(map[string]any)["devices"].([]any) { // [{id, numaNodes}] (docs/pod-results.md)
+					if d := d.(map[string]any); d["id"] == from {
+						d["id"], edited = to, true
 					}
 				}
 			}
