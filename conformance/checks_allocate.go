@@ -12,10 +12,24 @@ import (
 )
 
 func (r *runner) checkAllocate() (Status, []string) {
-	if r.first < 0 {
-		return Skip, []string{"no accepted registration (check 1)"}
+	if len(r.resources) == 0 {
+		return Skip, []string{errNoRegistration.Error()}
 	}
-	v := r.reg.snapshot()[r.first]
+	st := Skip
+	var ev []string
+	snap := r.reg.snapshot()
+	for _, res := range r.resources {
+		s, e := r.allocate(snap[r.first[res]])
+		st = worse(st, s)
+		for _, line := range e {
+			ev = append(ev, r.label(res)+line)
+		}
+	}
+	return st, ev
+}
+
+// allocate runs check 3 on one resource's first registration.
+func (r *runner) allocate(v regView) (Status, []string) {
 	if len(v.lists) == 0 {
 		return Skip, []string{"no device list (check 2)"}
 	}
@@ -54,8 +68,7 @@ func (r *runner) checkAllocate() (Status, []string) {
 		}
 		if len(problems) == 0 {
 			c := resp.ContainerResponses[0]
-			ev = append(ev, fmt.Sprintf("Allocate of %d device(s): %d envs, %d mounts, %d device nodes, %d CDI devices",
-				len(ids), len(c.Envs), len(c.Mounts), len(c.Devices), len(c.CdiDevices)))
+			ev = append(ev, fmt.Sprintf("Allocate of %d device(s): %s", len(ids), answerCounts(c)))
 		}
 	}
 	if v.opts.GetGetPreferredAllocationAvailable() {
@@ -93,9 +106,25 @@ func (r *runner) checkAllocate() (Status, []string) {
 
 // allocateCheck is check 3, run by checkAllocate above.
 var allocateCheck = check{3, "allocate",
-	"Allocate for one device and for all devices answers one response per container request with absolute, well-formed paths; GetPreferredAllocation honours must-include and size; PreStartContainer succeeds when required",
+	"Allocate for one device and for all devices of each resource answers one response per container request with absolute, well-formed paths; GetPreferredAllocation honours must-include and size; PreStartContainer succeeds when required",
 	"the kubelet's allocateContainerResources sends one container request per Allocate and fails admission without a container response; callGetPreferredAllocationIfAvailable reads only the first container's IDs; PreStartContainer runs on every container start when PreStartRequired",
 	(*runner).checkAllocate}
+
+// answerCounts summarises one container's Allocate answer, e.g. "2 envs, 0 mounts, 1 device
+// node, 0 CDI devices, 1 annotation": an answer that carries only annotations (CDI devices
+// named in annotations, as some plugins do) shows as such rather than as empty.
+func answerCounts(c *pluginapi.ContainerAllocateResponse) string {
+	return fmt.Sprintf("%s, %s, %s, %s, %s", plural(len(c.Envs), "env", "envs"), plural(len(c.Mounts), "mount", "mounts"),
+		plural(len(c.Devices), "device node", "device nodes"), plural(len(c.CdiDevices), "CDI device", "CDI devices"),
+		plural(len(c.Annotations), "annotation", "annotations"))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
 
 // validateContainerResponse lists what is malformed in one container's Allocate answer.
 func validateContainerResponse(c *pluginapi.ContainerAllocateResponse) []string {

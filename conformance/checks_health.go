@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +20,16 @@ func (r *runner) checkHealth() (Status, []string) {
 	if err != nil {
 		return Skip, []string{err.Error()}
 	}
-	cur, _ := r.current()
-	cur, ok := r.waitLists(cur.index, 1, r.t.FirstList)
+	// The first resource's devices: one health change shows the plugin's path to the manager.
+	res := r.resources[0]
+	if len(r.resources) > 1 {
+		ev = append(ev, fmt.Sprintf("resource %q (the first registered)", res))
+	}
+	cur, ok := r.current(res)
+	if !ok {
+		return Fail, append(ev, "no live registration of "+strconv.Quote(res))
+	}
+	cur, ok = r.waitLists(cur.index, 1, r.t.FirstList)
 	if !ok {
 		return Fail, append(ev, "no device list to start from")
 	}
@@ -49,7 +58,7 @@ func (r *runner) checkHealth() (Status, []string) {
 			continue
 		}
 		t0 := time.Now()
-		if out, err := r.shell(step.cmd, dev); err != nil {
+		if out, err := r.shell(step.cmd, res, dev); err != nil {
 			return Fail, append(ev, fmt.Sprintf("%q failed: %v: %s", step.cmd, err, out))
 		}
 		snap, ok := r.reg.waitFor(r.ctx, r.t.Health, func(s []regView) bool { return healthOf(s[cur.index]) == step.want })
@@ -68,12 +77,12 @@ var healthCheck = check{10, "health",
 	"the kubelet's genericDeviceUpdateCallback moves devices between healthy and unhealthy only when ListAndWatch sends a new list",
 	(*runner).checkHealth}
 
-// shell runs cmd with sh -c, telling it the device and the directory.
-func (r *runner) shell(cmd, dev string) (string, error) {
+// shell runs cmd with sh -c, telling it the resource, the device and the directory.
+func (r *runner) shell(cmd, resource, dev string) (string, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.t.Health)
 	defer cancel()
 	c := exec.CommandContext(ctx, "sh", "-c", cmd)
-	c.Env = append(os.Environ(), "KDM_CONFORMANCE_DEVICE="+dev, "KDM_CONFORMANCE_DIR="+r.cfg.Dir)
+	c.Env = append(os.Environ(), "KDM_CONFORMANCE_RESOURCE="+resource, "KDM_CONFORMANCE_DEVICE="+dev, "KDM_CONFORMANCE_DIR="+r.cfg.Dir)
 	out, err := c.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }

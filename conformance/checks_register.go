@@ -22,26 +22,66 @@ func (r *runner) checkRegistration() (Status, []string) {
 		}
 		return Fail, ev
 	}
-	v := snap[0]
-	ev := []string{fmt.Sprintf("Register after %s: version %q, resource %q, endpoint %q", sinceStr(start, v.at),
-		v.req.Version, v.req.ResourceName, v.req.Endpoint)}
+	snap = r.settle(snap)
+	// Group the calls by resource, in the order of each resource's first call.
+	var names []string
+	byName := map[string][]regView{}
+	for _, v := range snap {
+		n := v.req.ResourceName
+		if _, seen := byName[n]; !seen {
+			names = append(names, n)
+		}
+		byName[n] = append(byName[n], v)
+	}
+	for _, n := range names {
+		for _, v := range byName[n] {
+			if v.accepted() {
+				r.resources = append(r.resources, n)
+				r.first[n] = v.index
+				break
+			}
+		}
+	}
+	st := Pass
+	var ev []string
+	if len(names) > 1 {
+		ev = append(ev, fmt.Sprintf("%d resources registered by one plugin process: %s; each is checked apart", len(names), quoteList(names)))
+	}
+	for _, n := range names {
+		lbl := ""
+		if len(names) > 1 {
+			lbl = n + ": "
+		}
+		s, e := r.firstRegistration(start, byName[n], lbl)
+		st = worse(st, s)
+		ev = append(ev, e...)
+	}
+	return st, ev
+}
+
+// firstRegistration judges the first Register calls of one resource (regs, in arrival order).
+func (r *runner) firstRegistration(start time.Time, regs []regView, lbl string) (Status, []string) {
+	v := regs[0]
 	if !v.accepted() {
-		ev[0] = "Register refused: " + v.err.Error()
-		ev = append(ev, fmt.Sprintf("request: version %q, resource %q, endpoint %q", v.req.Version, v.req.ResourceName, v.req.Endpoint))
-		if acc := acceptedFrom(snap, 0); acc >= 0 {
-			r.first = acc
-			ev = append(ev, fmt.Sprintf("a later Register (#%d) was accepted; later checks use it", acc+1))
+		ev := []string{lbl + "Register refused: " + v.err.Error(),
+			lbl + fmt.Sprintf("request: version %q, resource %q, endpoint %q", v.req.Version, v.req.ResourceName, v.req.Endpoint)}
+		for _, later := range regs[1:] {
+			if later.accepted() {
+				ev = append(ev, lbl+fmt.Sprintf("a later Register (#%d) was accepted; later checks use it", later.index+1))
+				break
+			}
 		}
 		return Fail, ev
 	}
-	r.first = 0
+	ev := []string{lbl + fmt.Sprintf("Register after %s: version %q, resource %q, endpoint %q", sinceStr(start, v.at),
+		v.req.Version, v.req.ResourceName, v.req.Endpoint)}
 	reqOpts := v.req.GetOptions()
 	if reqOpts == nil {
 		reqOpts = &pluginapi.DevicePluginOptions{}
 	}
-	ev = append(ev, "GetDevicePluginOptions: "+optsString(v.opts))
+	ev = append(ev, lbl+"GetDevicePluginOptions: "+optsString(v.opts))
 	if !proto.Equal(reqOpts, v.opts) {
-		return Warn, append(ev, fmt.Sprintf("Register options differ: %s; the kubelet uses only GetDevicePluginOptions, so the Register options mislead other readers",
+		return Warn, append(ev, lbl+fmt.Sprintf("Register options differ: %s; the kubelet uses only GetDevicePluginOptions, so the Register options mislead other readers",
 			optsString(reqOpts)))
 	}
 	return Pass, ev
@@ -49,7 +89,7 @@ func (r *runner) checkRegistration() (Status, []string) {
 
 // registrationCheck is check 1, run by checkRegistration above.
 var registrationCheck = check{1, "registration",
-	"registers within 5s of start with a valid version, resource name and endpoint inside the directory; Register options equal GetDevicePluginOptions",
+	"registers within 5s of start with a valid version, resource name and endpoint inside the directory; Register options equal GetDevicePluginOptions; each resource of a plugin that serves several is judged apart",
 	"the kubelet's Register (plugin/v1beta1 server) accepts only version v1beta1 and an extended resource name, joins the endpoint to the socket directory, dials it and reads the options from GetDevicePluginOptions, ignoring those in the request",
 	(*runner).checkRegistration}
 
@@ -59,22 +99,37 @@ func optsString(o *pluginapi.DevicePluginOptions) string {
 }
 
 func (r *runner) checkListAndWatch() (Status, []string) {
-	if r.first < 0 {
-		return Skip, []string{"no accepted registration (check 1)"}
+	if len(r.resources) == 0 {
+		return Skip, []string{errNoRegistration.Error()}
 	}
-	v, ok := r.waitLists(r.first, 1, time.Until(r.reg.snapshot()[r.first].at.Add(r.t.FirstList)))
-	if !ok {
-		return Fail, []string{fmt.Sprintf("no ListAndWatch list within %v of registration", r.t.FirstList)}
+	st := Skip
+	var ev []string
+	for _, res := range r.resources {
+		lbl, i := r.label(res), r.first[res]
+		v, ok := r.waitLists(i, 1, time.Until(r.reg.snapshot()[i].at.Add(r.t.FirstList)))
+		if !ok {
+			msg := fmt.Sprintf("no ListAndWatch list within %v of registration", r.t.FirstList)
+			if !v.streamEnd.IsZero() {
+				msg = fmt.Sprintf("the ListAndWatch stream ended %s after registration without a list", sinceStr(v.at, v.streamEnd))
+			}
+			st = worse(st, Fail)
+			ev = append(ev, lbl+msg)
+			continue
+		}
+		l := v.lists[0]
+		ev = append(ev, lbl+fmt.Sprintf("first list after %s: %d devices", sinceStr(v.at, l.at), len(l.devices)))
+		s, problems := validateDevices(l.devices, hostNUMANodes())
+		st = worse(st, s)
+		for _, p := range problems {
+			ev = append(ev, lbl+p)
+		}
 	}
-	l := v.lists[0]
-	ev := []string{fmt.Sprintf("first list after %s: %d devices", sinceStr(v.at, l.at), len(l.devices))}
-	st, problems := validateDevices(l.devices, hostNUMANodes())
-	return st, append(ev, problems...)
+	return st, ev
 }
 
 // listAndWatchCheck is check 2, run by checkListAndWatch above.
 var listAndWatchCheck = check{2, "list-and-watch",
-	"the first ListAndWatch list arrives within 5s; device IDs unique; health values and NUMA node IDs plausible",
+	"the first ListAndWatch list of each resource arrives within 5s; device IDs unique; health values and NUMA node IDs plausible",
 	"the kubelet's genericDeviceUpdateCallback replaces the resource's device sets with each list, keyed by ID; deviceNUMANodes feeds topology hints and ignores nodes the machine does not have",
 	(*runner).checkListAndWatch}
 

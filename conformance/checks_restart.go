@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,13 +19,20 @@ func (r *runner) checkStreamClose() (Status, []string) {
 	if err != nil {
 		return Skip, []string{err.Error()}
 	}
-	cur, ok := r.current()
-	if !ok {
+	var curs []regView
+	for _, res := range r.resources {
+		if cur, ok := r.current(res); ok {
+			curs = append(curs, cur)
+		}
+	}
+	if len(curs) == 0 {
 		return Skip, []string{"no live registration"}
 	}
 	from := len(r.reg.snapshot())
 	closed := time.Now()
-	r.reg.closeStream(cur.index)
+	for _, cur := range curs {
+		r.reg.closeStream(cur.index)
+	}
 	select {
 	case <-r.proc.exited():
 		return Fail, append([]string{fmt.Sprintf("the plugin exited %s after the manager closed its stream (%s)",
@@ -33,15 +41,29 @@ func (r *runner) checkStreamClose() (Status, []string) {
 	case <-r.ctx.Done():
 		return Skip, []string{"run cancelled"}
 	}
-	if v, ok := r.waitAccepted(from, 0); ok {
-		return Pass, append([]string{fmt.Sprintf("the plugin re-registered %s after its stream was closed", sinceStr(closed, v.at))}, ev...)
+	st := Pass
+	var first []string
+	for _, cur := range curs {
+		s, msg := r.afterStreamClose(cur, from, closed)
+		st = worse(st, s)
+		first = append(first, r.label(cur.req.ResourceName)+msg)
+	}
+	return st, append(first, ev...)
+}
+
+// afterStreamClose judges one resource whose stream the manager closed at closed: it passes
+// when the plugin re-registered it (at index >= from) or still serves a new connection on
+// its socket.
+func (r *runner) afterStreamClose(cur regView, from int, closed time.Time) (Status, string) {
+	if v, ok := r.waitAccepted(from, cur.req.ResourceName, 0); ok {
+		return Pass, fmt.Sprintf("the plugin re-registered %s after its stream was closed", sinceStr(closed, v.at))
 	}
 	// Still running and not re-registered: does its socket still serve a new connection?
 	ctx, cancel := context.WithTimeout(r.ctx, r.t.FirstList)
 	defer cancel()
 	ep, err := endpoint.Dial(ctx, cur.req.ResourceName, cur.socket, endpoint.Config{DialTimeout: r.t.FirstList, OptionsTimeout: r.t.FirstList, Logger: r.cfg.Logger})
 	if err != nil {
-		return Fail, append([]string{fmt.Sprintf("the plugin is running but neither re-registered nor serves %s: %v", cur.socket, err)}, ev...)
+		return Fail, fmt.Sprintf("the plugin is running but neither re-registered nor serves %s: %v", cur.socket, err)
 	}
 	defer ep.Stop()
 	got := make(chan int, 1)
@@ -59,9 +81,9 @@ func (r *runner) checkStreamClose() (Status, []string) {
 	defer func() { cancel(); <-runDone }() // the stream ends with ctx: wait for it
 	select {
 	case n := <-got:
-		return Pass, append([]string{fmt.Sprintf("the plugin kept serving %s: a new connection listed %d devices", cur.socket, n)}, ev...)
+		return Pass, fmt.Sprintf("the plugin kept serving %s: a new connection listed %d devices", cur.socket, n)
 	case <-ctx.Done():
-		return Fail, append([]string{fmt.Sprintf("the plugin is running but sends no list on a new connection to %s", cur.socket)}, ev...)
+		return Fail, fmt.Sprintf("the plugin is running but sends no list on a new connection to %s", cur.socket)
 	}
 }
 
@@ -76,40 +98,64 @@ func (r *runner) checkManagerRestart() (Status, []string) {
 	if err != nil {
 		return Skip, []string{err.Error()}
 	}
-	cur, _ := r.lastAccepted()
-	before := deviceIDs(r.latestList(cur))
+	before := map[string]sets.Set[string]{}
+	for _, res := range r.resources {
+		cur, _ := r.lastAccepted(res)
+		before[res] = deviceIDs(r.latestList(cur))
+	}
+	r.restartedAt = time.Now()
 	r.reg.stop()
 	from := len(r.reg.snapshot())
 	if err := r.reg.start(); err != nil {
 		return Fail, append([]string{"restarting the manager probe: " + err.Error()}, ev...)
 	}
 	restarted := time.Now()
-	v, ok := r.waitAccepted(from, r.t.RegisterWarn)
-	if !ok {
+	got, missing := r.waitAllAccepted(from, r.t.RegisterWarn)
+	st := Pass
+	var out []string
+	for _, res := range r.resources {
+		lbl := r.label(res)
+		v, ok := got[res]
+		if !ok {
+			msg := lbl + fmt.Sprintf("no registration within %v of the manager restart", r.t.RegisterWarn)
+			if !r.proc.alive() {
+				msg += "; the plugin exited: " + r.proc.exitStatus()
+			}
+			st, out = Fail, append(out, msg)
+			continue
+		}
+		msg := lbl + fmt.Sprintf("re-registered %s after kubelet.sock was re-created", sinceStr(restarted, v.at))
+		if v.at.Sub(restarted) > r.t.Register {
+			st = worse(st, Warn)
+			msg += fmt.Sprintf(" (more than %v)", r.t.Register)
+		}
+		out = append(out, msg)
+		lv, ok := r.waitLists(v.index, 1, r.t.FirstList)
+		if !ok {
+			msg := fmt.Sprintf("no ListAndWatch list within %v of re-registration", r.t.FirstList)
+			if !lv.streamEnd.IsZero() {
+				msg = fmt.Sprintf("the ListAndWatch stream ended %s after re-registration without a list", sinceStr(v.at, lv.streamEnd))
+			}
+			st, out = Fail, append(out, lbl+msg)
+			continue
+		}
+		after := deviceIDs(lv.lists[0].devices)
+		if b := before[res]; !b.Equal(after) {
+			st, out = Fail, append(out, lbl+fmt.Sprintf("device IDs changed: missing %v, new %v",
+				sets.List(b.Difference(after)), sets.List(after.Difference(b))))
+			continue
+		}
+		out = append(out, lbl+fmt.Sprintf("same %d device IDs", after.Len()))
+	}
+	if len(missing) == len(r.resources) {
+		out = out[:0:0]
 		msg := fmt.Sprintf("no registration within %v of the manager restart", r.t.RegisterWarn)
 		if !r.proc.alive() {
 			msg += "; the plugin exited: " + r.proc.exitStatus()
 		}
-		return Fail, append([]string{msg}, ev...)
+		out = append(out, msg)
 	}
-	took := v.at.Sub(restarted)
-	st := Pass
-	first := fmt.Sprintf("re-registered %s after kubelet.sock was re-created", sinceStr(restarted, v.at))
-	if took > r.t.Register {
-		st = Warn
-		first += fmt.Sprintf(" (more than %v)", r.t.Register)
-	}
-	ev = append([]string{first}, ev...)
-	lv, ok := r.waitLists(v.index, 1, r.t.FirstList)
-	if !ok {
-		return Fail, append(ev, fmt.Sprintf("no ListAndWatch list within %v of re-registration", r.t.FirstList))
-	}
-	after := deviceIDs(lv.lists[0].devices)
-	if !before.Equal(after) {
-		return Fail, append(ev, fmt.Sprintf("device IDs changed: missing %v, new %v",
-			sets.List(before.Difference(after)), sets.List(after.Difference(before))))
-	}
-	return st, append(ev, fmt.Sprintf("same %d device IDs", after.Len()))
+	return st, append(out, ev...)
 }
 
 // managerRestartCheck is check 4, run by checkManagerRestart above.
@@ -118,13 +164,14 @@ var managerRestartCheck = check{4, "manager-restart",
 	"the kubelet's device manager Start removes every socket in the directory (CleanupPluginDirectory) and creates kubelet.sock afresh; plugins must detect this and call Register again",
 	(*runner).checkManagerRestart}
 
-// latestList returns the last list of v, or of the first registration if v has none.
+// latestList returns the last list of v, or of its resource's first registration if v has
+// none.
 func (r *runner) latestList(v regView) []*pluginapi.Device {
 	if l := v.latest(); l != nil {
 		return l
 	}
-	if r.first >= 0 {
-		return r.reg.snapshot()[r.first].latest()
+	if i, ok := r.first[v.req.GetResourceName()]; ok {
+		return r.reg.snapshot()[i].latest()
 	}
 	return nil
 }
@@ -138,9 +185,18 @@ func deviceIDs(devs []*pluginapi.Device) sets.Set[string] {
 }
 
 func (r *runner) checkIdleCPU() (Status, []string) {
+	since, what := r.restartedAt, "after the manager restart"
+	if since.IsZero() {
+		since, what = time.Now(), "into the check"
+	}
 	if !r.proc.alive() {
+		r.wd.poll()
+		if deaths := r.wd.since(since); len(deaths) > 0 {
+			return Fail, deathsEvidence(deaths, since, what)
+		}
 		return Skip, []string{"the plugin is not running: " + r.proc.exitStatus()}
 	}
+	// Measured even when a plugin process has died already: a restart loop keeps the group.
 	c0, err := r.proc.cpuTime()
 	if err != nil {
 		return Skip, []string{err.Error()}
@@ -153,25 +209,46 @@ func (r *runner) checkIdleCPU() (Status, []string) {
 	if err != nil {
 		return Skip, []string{err.Error()}
 	}
-	if !r.proc.alive() {
-		return Skip, []string{"the plugin exited during the window: " + r.proc.exitStatus()}
-	}
 	wall := time.Since(t0)
-	use := (c1 - c0).Seconds() / wall.Seconds()
-	msg := fmt.Sprintf("%.1f%% of one core over %s after the manager restart (limit %.0f%%)", use*100, fmtDuration(wall), r.t.CPULimit*100)
-	if use >= r.t.CPULimit {
+	r.wd.poll()
+	var msg string
+	if c1 < c0 {
+		msg = fmt.Sprintf("CPU use over %s cannot be measured: a process of the plugin's group ended without being reaped inside it, and its CPU time went with it", fmtDuration(wall))
+	} else {
+		msg = fmt.Sprintf("%.1f%% of one core over %s %s (limit %.0f%%)", (c1-c0).Seconds()/wall.Seconds()*100, fmtDuration(wall), what, r.t.CPULimit*100)
+	}
+	if deaths := r.wd.since(since); len(deaths) > 0 {
+		return Fail, append(deathsEvidence(deaths, since, what), msg)
+	}
+	if c1 < c0 {
+		return Skip, []string{msg}
+	}
+	if use := (c1 - c0).Seconds() / wall.Seconds(); use >= r.t.CPULimit {
 		return Fail, []string{msg, "a watcher that busy-loops once kubelet.sock is re-created looks like this"}
 	}
-	return Pass, []string{msg}
+	return Pass, []string{msg, "no plugin process died " + what}
+}
+
+// deathsEvidence is check 8's evidence for plugin processes that died since the manager
+// restart.
+func deathsEvidence(deaths []death, since time.Time, what string) []string {
+	var ev []string
+	for _, d := range deaths {
+		ev = append(ev, d.evidence(since, what)...)
+	}
+	return ev
 }
 
 // idleCPUCheck is check 8, run by checkIdleCPU above.
 var idleCPUCheck = check{8, "idle-cpu",
-	"idle CPU after a manager restart stays below 5% of one core over 10s",
-	"the kubelet only re-creates kubelet.sock on restart; a plugin whose watcher breaks then must not busy-loop",
+	"after a manager restart no plugin process dies, and idle CPU stays below 5% of one core over 10s, exited processes included",
+	"the kubelet only re-creates kubelet.sock on restart; a plugin that crashes then leaves its resource without devices until something restarts it, and one whose watcher breaks must not busy-loop",
 	(*runner).checkIdleCPU}
 
 func (r *runner) checkManagerAbsent() (Status, []string) {
+	if len(r.resources) == 0 {
+		return Skip, []string{errNoRegistration.Error()}
+	}
 	r.reg.stop()
 	r.proc.kill(5 * time.Second)
 	if err := r.proc.start(); err != nil {
@@ -192,29 +269,42 @@ func (r *runner) checkManagerAbsent() (Status, []string) {
 	}
 	appeared := time.Now()
 	if early == "" {
-		if v, ok := r.waitAccepted(from, r.t.Register); ok {
-			return Pass, []string{fmt.Sprintf("registered %s after kubelet.sock appeared (%s after start), without exiting",
-				sinceStr(appeared, v.at), sinceStr(started, v.at))}
+		got, missing := r.waitAllAccepted(from, r.t.Register)
+		if len(missing) == 0 {
+			var ev []string
+			for _, res := range r.resources {
+				v := got[res]
+				ev = append(ev, r.label(res)+fmt.Sprintf("registered %s after kubelet.sock appeared (%s after start), without exiting",
+					sinceStr(appeared, v.at), sinceStr(started, v.at)))
+			}
+			return Pass, ev
 		}
 		if r.proc.alive() {
-			return Fail, []string{fmt.Sprintf("no registration within %v of kubelet.sock appearing", r.t.Register)}
+			return Fail, []string{fmt.Sprintf("no registration of %s within %v of kubelet.sock appearing", quoteList(missing), r.t.Register)}
 		}
 		early = "the plugin exited after kubelet.sock appeared (" + r.proc.exitStatus() + ")"
 	}
-	// What a restart loop (a DaemonSet's restartPolicy) would do.
+	// What a restart loop (a DaemonSet's restartPolicy) would do. A plugin that exits is a
+	// FAIL whether or not the restart saves it (docs/conformance.md, "Verdicts").
 	restarted := time.Now()
 	if err := r.proc.start(); err != nil {
 		return Fail, []string{early, err.Error()}
 	}
-	if v, ok := r.waitAccepted(from, r.t.Register); ok {
-		return Warn, []string{early, fmt.Sprintf("registered %s after being restarted: only a restart loop saves it", sinceStr(restarted, v.at))}
+	if got, missing := r.waitAllAccepted(from, r.t.Register); len(missing) == 0 {
+		last := restarted
+		for _, v := range got {
+			if v.at.After(last) {
+				last = v.at
+			}
+		}
+		return Fail, []string{early, fmt.Sprintf("registered %s after being restarted: only a restart loop saves it", sinceStr(restarted, last))}
 	}
 	return Fail, []string{early, fmt.Sprintf("no registration within %v even after a restart", r.t.Register)}
 }
 
 // managerAbsentCheck is check 5, run by checkManagerAbsent above.
 var managerAbsentCheck = check{5, "manager-absent-at-start",
-	"with the manager absent at start and appearing 3s later, the plugin registers within 5s of it without exiting (WARN if only a restart saves it)",
+	"with the manager absent at start and appearing 3s later, the plugin registers every resource within 5s of it without exiting",
 	"the kubelet's kubelet.sock may appear after the plugin starts (node boot, kubelet restart); the plugin must wait for it rather than exit",
 	(*runner).checkManagerAbsent}
 
@@ -223,7 +313,12 @@ func (r *runner) checkSigterm() (Status, []string) {
 	if err != nil {
 		return Skip, []string{err.Error()}
 	}
-	cur, _ := r.lastAccepted()
+	var sockets []string
+	for _, res := range r.resources {
+		if cur, ok := r.lastAccepted(res); ok {
+			sockets = append(sockets, cur.socket)
+		}
+	}
 	sent := time.Now()
 	if err := r.proc.signal(syscall.SIGTERM); err != nil {
 		return Fail, append(ev, "sending SIGTERM: "+err.Error())
@@ -237,10 +332,20 @@ func (r *runner) checkSigterm() (Status, []string) {
 		return Skip, []string{"run cancelled"}
 	}
 	exited := fmt.Sprintf("exited %s after SIGTERM (%s)", sinceStr(sent, time.Now()), r.proc.exitStatus())
-	if _, err := os.Lstat(cur.socket); err == nil {
-		return Warn, append([]string{exited, "but left its socket " + cur.socket + " behind"}, ev...)
+	var left []string
+	for _, sock := range sockets {
+		if _, err := os.Lstat(sock); err == nil {
+			left = append(left, sock)
+		}
 	}
-	return Pass, append([]string{exited + " and removed its socket"}, ev...)
+	if len(left) > 0 {
+		return Warn, append([]string{exited, "but left its socket " + strings.Join(left, ", ") + " behind"}, ev...)
+	}
+	what := "its socket"
+	if len(sockets) > 1 {
+		what = "its sockets"
+	}
+	return Pass, append([]string{exited + " and removed " + what}, ev...)
 }
 
 // sigtermCheck is check 9, run by checkSigterm above.

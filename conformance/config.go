@@ -24,6 +24,10 @@ type Timings struct {
 	// or Register when that is longer; a RegisterWarn that is set must not be shorter than
 	// Register.
 	RegisterWarn time.Duration
+	// Settle is how long check 1 waits, after the latest Register call, for more (the other
+	// resources of a plugin that serves several, a duplicate Register), at most Register after
+	// the first call. Every later check works on what it saw. Default 1s.
+	Settle time.Duration
 	// FirstList bounds the first ListAndWatch list after a registration. Default 5s.
 	FirstList time.Duration
 	// ManagerDelay is how long the manager stays absent after the plugin starts (check 5).
@@ -47,7 +51,7 @@ type Timings struct {
 
 // DefaultTimings are the bounds of the check list.
 func DefaultTimings() Timings {
-	return Timings{Register: 5 * time.Second, RegisterWarn: 15 * time.Second, FirstList: 5 * time.Second,
+	return Timings{Register: 5 * time.Second, RegisterWarn: 15 * time.Second, Settle: time.Second, FirstList: 5 * time.Second,
 		ManagerDelay: 3 * time.Second, StreamCloseWindow: 3 * time.Second, CPUWindow: 10 * time.Second,
 		CPULimit: 0.05, Term: 5 * time.Second, Health: 5 * time.Second, RPC: 10 * time.Second}
 }
@@ -56,7 +60,7 @@ func DefaultTimings() Timings {
 func (t *Timings) durations() []timing {
 	d := DefaultTimings()
 	return []timing{{"Register", &t.Register, d.Register}, {"RegisterWarn", &t.RegisterWarn, d.RegisterWarn},
-		{"FirstList", &t.FirstList, d.FirstList}, {"ManagerDelay", &t.ManagerDelay, d.ManagerDelay},
+		{"Settle", &t.Settle, d.Settle}, {"FirstList", &t.FirstList, d.FirstList}, {"ManagerDelay", &t.ManagerDelay, d.ManagerDelay},
 		{"StreamCloseWindow", &t.StreamCloseWindow, d.StreamCloseWindow}, {"CPUWindow", &t.CPUWindow, d.CPUWindow},
 		{"Term", &t.Term, d.Term}, {"Health", &t.Health, d.Health}, {"RPC", &t.RPC, d.RPC}}
 }

@@ -41,10 +41,11 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"timings: RegisterWarn (1s) must not be shorter than Register (5s)"}},
 		{"every negative duration, in field order", validConfig(func(c *Config) {
 			c.Timings = Timings{RPC: -9, Health: -8, Term: -7, CPUWindow: -6, StreamCloseWindow: -5,
-				ManagerDelay: -4, FirstList: -3, RegisterWarn: -2, Register: -1}
+				ManagerDelay: -4, FirstList: -3, Settle: -10, RegisterWarn: -2, Register: -1}
 		}), []string{
 			"timings: Register must not be negative, got -1ns",
 			"timings: RegisterWarn must not be negative, got -2ns",
+			"timings: Settle must not be negative, got -10ns",
 			"timings: FirstList must not be negative, got -3ns",
 			"timings: ManagerDelay must not be negative, got -4ns",
 			"timings: StreamCloseWindow must not be negative, got -5ns",

@@ -19,18 +19,26 @@ import (
 const clockTicks = 100
 
 // pluginProcess runs the plugin command, each start in a process group of its own so that
-// the whole group can be signalled and killed. It is safe for concurrent use.
+// the whole group can be signalled and killed. It keeps the tail of the plugin's stderr and
+// the CPU time of the instances that have exited, and tells onExit of every exit. It is safe
+// for concurrent use.
 type pluginProcess struct {
-	argv []string
-	env  []string
-	out  io.Writer // the plugin's stdout and stderr
+	argv   []string
+	env    []string
+	out    io.Writer // the plugin's stdout and stderr
+	stderr *tailBuffer
+	// onExit, if set, is called (without p.mu held) once per instance after it exited, with
+	// its PID, how it ended and whether the suite had signalled or killed it.
+	onExit func(pid int, status string, expected bool)
 
-	mu      sync.Mutex
-	starts  int
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the current process has exited
-	exitErr error         // the current process's Wait error, once done
-	exitAt  time.Time
+	mu        sync.Mutex
+	starts    int
+	cmd       *exec.Cmd
+	done      chan struct{} // closed when the current process has exited
+	exitErr   error         // the current process's Wait error, once done
+	exitAt    time.Time
+	leaders   map[int]bool  // every instance's PID (its process group's ID): whether the suite signalled or killed it
+	exitedCPU time.Duration // user and system time of the exited instances and their reaped children
 }
 
 // start runs a new instance of the command. The previous one must have exited.
@@ -43,21 +51,70 @@ func (p *pluginProcess) start() error {
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if p.stderr != nil {
+		cmd.Stderr = io.MultiWriter(p.out, p.stderr)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting plugin %q: %w", p.argv[0], err)
 	}
 	p.starts++
 	p.cmd, p.done, p.exitErr = cmd, make(chan struct{}), nil
+	if p.leaders == nil {
+		p.leaders = map[int]bool{}
+	}
+	p.leaders[cmd.Process.Pid] = false
 	done := p.done
 	go func() {
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.exitErr, p.exitAt = err, time.Now()
+		if st := cmd.ProcessState; st != nil {
+			p.exitedCPU += st.UserTime() + st.SystemTime()
+		}
+		status, expected := exitString(err), p.leaders[cmd.Process.Pid]
 		p.mu.Unlock()
 		close(done)
+		if p.onExit != nil {
+			p.onExit(cmd.Process.Pid, status, expected)
+		}
 	}()
 	return nil
+}
+
+// exitString describes a Wait error: "exit status 0" for nil.
+func exitString(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// expectExit records that the suite is about to signal or kill the current process (and
+// with it its process group), so that their exits are not reported as crashes.
+func (p *pluginProcess) expectExit() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		p.leaders[p.cmd.Process.Pid] = true
+	}
+}
+
+// leader reports whether pid is an instance the suite started and, if so, whether the suite
+// has signalled or killed it.
+func (p *pluginProcess) leader(pid int) (started, expected bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	expected, started = p.leaders[pid]
+	return started, expected
+}
+
+// groupExpected reports whether the suite signalled or killed the instance whose process
+// group is pgid (false for a group the suite did not start).
+func (p *pluginProcess) groupExpected(pgid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leaders[pgid]
 }
 
 // count returns how many times the plugin was started.
@@ -90,10 +147,7 @@ func (p *pluginProcess) exitStatus() string {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.exitErr == nil {
-		return "exit status 0"
-	}
-	return p.exitErr.Error()
+	return exitString(p.exitErr)
 }
 
 // pid returns the current process's ID (also its process group's), or 0.
@@ -112,6 +166,7 @@ func (p *pluginProcess) signal(sig syscall.Signal) error {
 	if pid == 0 || !p.alive() {
 		return errors.New("plugin process not running")
 	}
+	p.expectExit()
 	return syscall.Kill(pid, sig)
 }
 
@@ -122,6 +177,7 @@ func (p *pluginProcess) kill(timeout time.Duration) {
 	if pid == 0 {
 		return
 	}
+	p.expectExit()
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	select {
 	case <-p.exited():
@@ -129,8 +185,12 @@ func (p *pluginProcess) kill(timeout time.Duration) {
 	}
 }
 
-// cpuTime returns the CPU time (user and system) used so far by the live processes in the
-// current process's group, read from /proc.
+// cpuTime returns the CPU time (user and system) used so far by every instance of the plugin:
+// the exited instances' (with the children they reaped), and the live processes' in the
+// current process's group, each with the children it reaped (a restart loop's shell holds
+// the time of the plugin processes it restarted). The time of a process reaped outside the
+// group (an orphan reaped by init) is lost, so the total can shrink: callers compare two
+// readings and report a decrease as unmeasurable.
 func (p *pluginProcess) cpuTime() (time.Duration, error) {
 	pgid := p.pid()
 	if pgid == 0 {
@@ -149,34 +209,67 @@ func (p *pluginProcess) cpuTime() (time.Duration, error) {
 		if err != nil {
 			continue // exited meanwhile
 		}
-		grp, used, ok := parseStat(b)
-		if ok && grp == pgid {
-			ticks += used
+		st, ok := parseStat(b)
+		if ok && st.pgrp == pgid {
+			ticks += st.ticks
 		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	p.mu.Lock()
+	exited := p.exitedCPU
+	p.mu.Unlock()
+	return exited + time.Duration(ticks)*time.Second/clockTicks, nil
 }
 
-// parseStat extracts the process group (field 5) and utime+stime (fields 14 and 15) from a
-// /proc/PID/stat line. The command name (field 2) may hold spaces and parentheses, so fields
-// are counted after its last ')'.
-func parseStat(b []byte) (pgrp int, ticks int64, ok bool) {
+// procStat is what the suite reads from /proc/PID/stat.
+type procStat struct {
+	state     byte
+	ppid      int
+	pgrp      int
+	ticks     int64 // utime + stime + cutime + cstime
+	startTime int64 // clock ticks after boot
+}
+
+// parseStat extracts the state (field 3), parent (4), process group (5), utime, stime, cutime
+// and cstime (14 to 17) and start time (22) from a /proc/PID/stat line. The command name
+// (field 2) may hold spaces and parentheses, so fields are counted after its last ')'.
+func parseStat(b []byte) (procStat, bool) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, false
+		return procStat{}, false
 	}
 	f := strings.Fields(string(b[i+1:]))
 	// f[0] is field 3 (state): field n is f[n-3].
-	if len(f) < 13 {
-		return 0, 0, false
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, false
 	}
-	pg, err1 := strconv.Atoi(f[2])
-	ut, err2 := strconv.ParseInt(f[11], 10, 64)
-	st, err3 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return 0, 0, false
+	st := procStat{state: f[0][0]}
+	var err error
+	if st.ppid, err = strconv.Atoi(f[1]); err != nil {
+		return procStat{}, false
 	}
-	return pg, ut + st, true
+	if st.pgrp, err = strconv.Atoi(f[2]); err != nil {
+		return procStat{}, false
+	}
+	for _, n := range []int{14, 15, 16, 17} {
+		v, err := strconv.ParseInt(f[n-3], 10, 64)
+		if err != nil {
+			return procStat{}, false
+		}
+		st.ticks += v
+	}
+	if st.startTime, err = strconv.ParseInt(f[22-3], 10, 64); err != nil {
+		return procStat{}, false
+	}
+	return st, true
+}
+
+// readStat reads /proc/PID/stat.
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	return parseStat(b)
 }
 
 func isClosed(c <-chan struct{}) bool {
@@ -186,4 +279,44 @@ func isClosed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// tailBuffer keeps the last tailBytes bytes written to it. It is safe for concurrent use.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+// tailBytes is how much of the plugin's stderr the suite keeps.
+const tailBytes = 16 << 10
+
+func (t *tailBuffer) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if over := len(t.buf) - tailBytes; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(b), nil
+}
+
+// lines returns up to n lines that tell why a process ended: from the last line that starts
+// a Go panic or fatal error, if the tail holds one, else the last n non-blank lines. Nil
+// when nothing was written.
+func (t *tailBuffer) lines(n int) []string {
+	t.mu.Lock()
+	text := string(t.buf)
+	t.mu.Unlock()
+	var all []string
+	for _, l := range strings.Split(text, "\n") {
+		if l = strings.TrimRight(l, " \t\r"); l != "" {
+			all = append(all, l)
+		}
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if strings.HasPrefix(all[i], "panic: ") || strings.HasPrefix(all[i], "fatal error: ") {
+			return all[i:min(len(all), i+n)]
+		}
+	}
+	return all[max(0, len(all)-n):]
 }

@@ -36,6 +36,8 @@ type registration struct {
 	at         time.Time
 	generation int // the probe's start count when the call arrived
 	process    int // the plugin process's start count when the call arrived
+	pid        int // the process that called (SO_PEERCRED), 0 if unknown
+	caller     procID
 	req        *pluginapi.RegisterRequest
 	socket     string // resolved socket path ("" when the endpoint was refused)
 	err        error  // what the probe answered; nil for an accepted registration
@@ -101,6 +103,7 @@ func (r *registrar) start() error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", path, err)
 	}
+	lis = peerListener{lis}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.generation++
 	r.cancel = cancel
@@ -171,8 +174,11 @@ type registrationService struct {
 // options before answering, then streams its devices. Every call is recorded.
 func (s *registrationService) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	r := s.r
-	reg := &registration{at: time.Now(), generation: s.generation, process: r.process(),
+	reg := &registration{at: time.Now(), generation: s.generation, process: r.process(), pid: peerPID(ctx),
 		req: proto.Clone(req).(*pluginapi.RegisterRequest)}
+	if st, ok := readStat(reg.pid); reg.pid != 0 && ok {
+		reg.caller = procID{pid: reg.pid, pgrp: st.pgrp, startTime: st.startTime}
+	}
 	log := r.log.WithValues("resourceName", req.ResourceName, "endpoint", req.Endpoint)
 	reg.err = validateRegister(req)
 	if reg.err == nil {
@@ -222,6 +228,29 @@ func (r *registrar) signalLocked() {
 	r.changed = make(chan struct{})
 }
 
+// procID identifies a process: its PID, process group and start time (a reused PID has
+// another start time).
+type procID struct {
+	pid, pgrp int
+	startTime int64
+}
+
+// callers returns the distinct processes that made Register calls, in the order of their
+// first call; a caller that had ended before the call was served is left out.
+func (r *registrar) callers() []procID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []procID
+	seen := map[procID]bool{}
+	for _, reg := range r.regs {
+		if reg.caller.pid != 0 && !seen[reg.caller] {
+			seen[reg.caller] = true
+			out = append(out, reg.caller)
+		}
+	}
+	return out
+}
+
 // snapshot is a read-only view of the registrations, taken under mu. The registrations are
 // shared: callers read their fields only through snapshot-time copies (see view).
 func (r *registrar) snapshot() []regView {
@@ -240,6 +269,7 @@ type regView struct {
 	at         time.Time
 	generation int
 	process    int
+	pid        int
 	req        *pluginapi.RegisterRequest
 	socket     string
 	err        error
@@ -252,7 +282,7 @@ type regView struct {
 }
 
 func (reg *registration) viewLocked(i int) regView {
-	return regView{index: i, at: reg.at, generation: reg.generation, process: reg.process, req: reg.req,
+	return regView{index: i, at: reg.at, generation: reg.generation, process: reg.process, pid: reg.pid, req: reg.req,
 		socket: reg.socket, err: reg.err, opts: reg.opts, lists: append([]deviceList(nil), reg.lists...),
 		streamEnd: reg.streamEnd, streamErr: reg.streamErr, closedAt: reg.closedAt, ep: reg.ep}
 }

@@ -49,8 +49,11 @@ type Report struct {
 	// Dir is the device-plugin directory the plugin was given.
 	Dir string `json:"dir"`
 	// ResourceName is the resource of the plugin's first registration ("" if none).
-	ResourceName string    `json:"resourceName"`
-	Started      time.Time `json:"started"`
+	ResourceName string `json:"resourceName"`
+	// Resources are every resource the plugin registered at start, in the order of their
+	// first Register call; each is checked apart. Empty (not null) if none.
+	Resources []string  `json:"resources"`
+	Started   time.Time `json:"started"`
 	// Duration is how long the whole run took.
 	Duration time.Duration `json:"-"`
 	Checks   []Result      `json:"checks"`
@@ -86,7 +89,8 @@ func (r *Report) Check(name string) (Result, bool) {
 }
 
 // WriteTable writes the human-readable report: one row per check with its status, time and
-// first line of evidence, further evidence indented below, then a summary line.
+// first line of evidence, further evidence indented below and, under a WARN or FAIL, the
+// kubelet behaviour the verdict rests on ("kubelet: ..."), then a summary line.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "#\tCHECK\tSTATUS\tTIME\tEVIDENCE\n")
@@ -99,13 +103,20 @@ func (r *Report) WriteTable(w io.Writer) error {
 		for _, e := range c.Evidence[min(1, len(c.Evidence)):] {
 			fmt.Fprintf(tw, "\t\t\t\t  %s\n", e)
 		}
+		if (c.Status == Warn || c.Status == Fail) && c.Kubelet != "" {
+			fmt.Fprintf(tw, "\t\t\t\t  kubelet: %s\n", c.Kubelet)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	n := r.Counts()
-	_, err := fmt.Fprintf(w, "\n%d passed, %d warnings, %d failed, %d skipped in %s (resource %q, directory %s)\n",
-		n[Pass], n[Warn], n[Fail], n[Skip], fmtDuration(r.Duration), r.ResourceName, r.Dir)
+	res := fmt.Sprintf("resource %q", r.ResourceName)
+	if len(r.Resources) > 1 {
+		res = "resources " + quoteList(r.Resources)
+	}
+	_, err := fmt.Fprintf(w, "\n%d passed, %d warnings, %d failed, %d skipped in %s (%s, directory %s)\n",
+		n[Pass], n[Warn], n[Fail], n[Skip], fmtDuration(r.Duration), res, r.Dir)
 	return err
 }
 
@@ -131,6 +142,11 @@ type jsonReport struct {
 func (r *Report) WriteJSON(w io.Writer) error {
 	out := jsonReport{SchemaVersion: SchemaVersion, Report: r, DurationSeconds: round3(r.Duration),
 		Summary: r.Counts(), Passed: !r.Failed()}
+	if r.Resources == nil {
+		rc := *r
+		rc.Resources = []string{}
+		out.Report = &rc
+	}
 	for _, c := range r.Checks {
 		if c.Evidence == nil {
 			c.Evidence = []string{}

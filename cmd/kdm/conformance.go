@@ -27,7 +27,10 @@ const conformanceUsage = `usage: kdm conformance [flags] -- PLUGIN-COMMAND [ARGS
 Starts the device plugin command, plays the kubelet's device manager against it on a temporary
 device-plugin directory, and runs the conformance checks (registration, ListAndWatch, Allocate,
 manager restart, manager absent at start, stream close, duplicate registrations, idle CPU,
-SIGTERM, health). The plugin learns the directory through --dir-flag, --dir-env, a "{dir}"
+SIGTERM, health), each resource of a plugin that serves several apart. A plugin process that
+dies fails the check during which it died, with its last stderr lines as evidence; under a WARN
+or FAIL the table shows the kubelet behaviour the verdict rests on (docs/conformance.md).
+The plugin learns the directory through --dir-flag, --dir-env, a "{dir}"
 argument, or, for plugins that hard-code /var/lib/kubelet/device-plugins, --isolate (root).
 Exit status: 0 when no check fails, 1 when one does, 2 on usage or set-up errors.
 
@@ -43,7 +46,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	isolate := fs.Bool("isolate", false, "root only: run in a private mount namespace with a temporary directory bind-mounted over "+pluginapi.DevicePluginPath)
 	asJSON := fs.Bool("json", false, "print the report as JSON (schema: docs/conformance.md) instead of a table")
 	junit := fs.String("junit", "", "also write a JUnit XML report to `FILE`")
-	trigger := fs.String("health-trigger", "", "shell `CMD` that makes device $KDM_CONFORMANCE_DEVICE unhealthy (enables check 10)")
+	trigger := fs.String("health-trigger", "", "shell `CMD` that makes device $KDM_CONFORMANCE_DEVICE of $KDM_CONFORMANCE_RESOURCE unhealthy (enables check 10)")
 	restore := fs.String("health-restore", "", "shell `CMD` that makes device $KDM_CONFORMANCE_DEVICE healthy again")
 	pluginLog := fs.String("plugin-log", "", "write the plugin's output to `FILE` (\"-\": stderr); default: discarded")
 	verbose := fs.Int("v", 0, "log verbosity of the manager probe (to stderr)")

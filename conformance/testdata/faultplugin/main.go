@@ -10,7 +10,15 @@
 //	exit-on-stream-close  exits when the manager closes its ListAndWatch stream
 //	fixed-dir             serves its socket in --fixed-dir, whatever --device-plugin-dir says
 //	double-register       sends two Register calls in a row
+//	double-register-late  at start only, sends a second Register 500ms after the manager opened
+//	                      the first's stream, as a plugin that registers again on a file event
+//	                      of its own
 //	prestart-mismatch     PreStartRequired in GetDevicePluginOptions only, not in Register
+//	two-resources         serves example.com/fault (dev-0..3) and example.com/null (null-0,1)
+//	                      from one process; example.com/null registers after example.com/fault,
+//	                      every time
+//	panic-after-stream-close  once the manager has closed its stream, panics with "send on
+//	                      closed channel" right after its next re-registration (a manager restart)
 package main
 
 import (
@@ -75,6 +83,11 @@ func run() error {
 		cfg.PluginDir = *fixedDir
 	case "double-register":
 		faults.RegisterTwice = true
+	case "double-register-late":
+		faults.RegisterTwice, faults.SecondRegisterDelay = true, 500*time.Millisecond
+	case "two-resources":
+	case "panic-after-stream-close":
+		faults.ExitOnReregisterAfterStreamClose = true
 	case "prestart-mismatch":
 		manual = true
 		cfg.Options = &pluginapi.DevicePluginOptions{PreStartRequired: true}
@@ -91,10 +104,20 @@ func run() error {
 	p.SetFaults(faults)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *fault == "two-resources" {
+		second, err := startSecondResource(ctx, cfg, p)
+		if err != nil {
+			return err
+		}
+		defer second.Stop()
+	}
 	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer p.Stop()
+	if *fault == "double-register-late" {
+		p.SetFaults(deviceplugin.Faults{}) // only at start, as a plugin started before the kubelet
+	}
 	req := &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: filepath.Base(p.SocketPath()),
 		ResourceName: cfg.ResourceName, Options: &pluginapi.DevicePluginOptions{}}
 	switch *fault {
@@ -131,11 +154,53 @@ func run() error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if err := p.Exited(); err != nil {
+			err := p.Exited()
+			if err != nil && *fault == "panic-after-stream-close" {
+				sendOnClosed() // the crash this profile reproduces
+			}
+			if err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// startSecondResource serves example.com/null from this process beside first and registers it
+// after each of first's registrations, in that order, retrying until the manager accepts it.
+func startSecondResource(ctx context.Context, cfg deviceplugin.Config, first *deviceplugin.Plugin) (*deviceplugin.Plugin, error) {
+	cfg.ResourceName = "example.com/null"
+	cfg.Registration = deviceplugin.NoRegistration
+	cfg.Devices = nil
+	for i := range 2 {
+		cfg.Devices = append(cfg.Devices, &pluginapi.Device{ID: fmt.Sprintf("null-%d", i), Health: pluginapi.Healthy})
+	}
+	p, err := deviceplugin.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Start(ctx); err != nil {
+		return nil, err
+	}
+	req := &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: filepath.Base(p.SocketPath()),
+		ResourceName: cfg.ResourceName, Options: &pluginapi.DevicePluginOptions{}}
+	go func() {
+		for n := 1; ; n++ {
+			if first.WaitForRegistrations(ctx, n) != nil {
+				return
+			}
+			for ctx.Err() == nil && register(ctx, cfg.KubeletSocket, req) != nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}()
+	return p, nil
+}
+
+// sendOnClosed panics as a scanner does that sends to the channel of a stream that is gone.
+func sendOnClosed() {
+	ch := make(chan []string, 1)
+	close(ch)
+	ch <- nil
 }
 
 // register sends one Register call to the manager at sock.
