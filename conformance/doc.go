@@ -8,8 +8,11 @@
 // drives the plugin through the same endpoint package the manager uses (a synchronous dial
 // and GetDevicePluginOptions inside Register, one ListAndWatch stream per registration, a
 // replaced registration's stream left open, start-up removal of every socket), but it also
-// keeps what the manager deliberately discards: each Register request with its own options,
-// each duplicate call and each list's arrival time, and it can close a stream on demand.
+// keeps what the manager deliberately discards: each Register request with its own options and
+// the process that made it (peer credentials), each duplicate call and each list's arrival
+// time, and it can close a stream on demand. A watchdog records every plugin process that dies
+// without the suite ending it, the suite's own instances and any process that registered (a
+// plugin under a restart loop of its own), with the tail of the plugin's stderr.
 //
 // Run is safe to call from one goroutine per directory; every process and goroutine it
 // starts has ended when it returns.
