@@ -11,13 +11,17 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
+	goflag "flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -25,12 +29,27 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kdm-nvml-plugin", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// usage is the text above the flags in --help.
+const usage = `usage: kdm-nvml-plugin [flags]
+
+kdm's reference NVIDIA GPU device plugin: it advertises the node's GPUs (libnvidia-ml, or eight
+mock A100s with --mock dgxa100) to kdm or a kubelet through the device-plugin API, answers
+Allocate with NVIDIA_VISIBLE_DEVICES and device nodes (or CDI names with --cdi), and registers
+again whenever kubelet.sock is re-created. It stops on SIGTERM or SIGINT.
+
+flags:
+`
+
+// run parses the command line and runs the plugin until a signal stops it. It returns the exit
+// code: 0 after a clean stop or --help (usage on stdout), 2 for a bad command line (what was
+// wrong on stderr), 1 for a failure.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("kdm-nvml-plugin", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.SetOutput(stdout) // pflag itself prints only the usage, when asked for
 	mock := fs.String("mock", "", "run on mock GPUs instead of libnvidia-ml: dgxa100")
 	dir := fs.String("device-plugin-dir", pluginapi.DevicePluginPath, "directory of kubelet.sock and the plugin socket")
 	resource := fs.String("resource-name", nvml.DefaultResourceName, "extended resource to advertise")
@@ -38,10 +57,39 @@ func run(args []string, stderr io.Writer) int {
 	cdi := fs.Bool("cdi", false, "answer Allocate with CDI device names (nvidia.com/gpu=<uuid>)")
 	healthDir := fs.String("health-control-dir", "", "directory of files named after GPU UUIDs holding Unhealthy or Healthy")
 	sysfs := fs.String("sysfs-root", nvml.DefaultSysfsRoot, "sysfs root, for GPUs' NUMA nodes")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
-	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
+	v := pflag.PFlagFromGoFlag(klogFlags.Lookup("v")) // -v N and --v=N
+	v.Usage = "log verbosity"
+	fs.AddFlag(v)
+	fs.Usage = func() {
+		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, fs.FlagUsages())
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		hint := ""
+		for _, a := range args {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "=")
+			if a == "--" {
+				break
+			}
+			if strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && len(name) > 1 && fs.Lookup(name) != nil {
+				hint = " (long flags take two dashes: --" + name + ")"
+				break
+			}
+		}
+		fmt.Fprintf(stderr, "kdm-nvml-plugin: %v%s\nRun 'kdm-nvml-plugin --help' for usage.\n", err, hint)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		quoted := make([]string, fs.NArg())
+		for i, a := range fs.Args() {
+			quoted[i] = strconv.Quote(a)
+		}
+		fmt.Fprintf(stderr, "kdm-nvml-plugin: expected no arguments, got %d: %s\nRun 'kdm-nvml-plugin --help' for usage.\n", fs.NArg(), strings.Join(quoted, " "))
 		return 2
 	}
 	p, err := nvml.New(nvml.Config{Mock: *mock, PluginDir: *dir, ResourceName: *resource, SocketName: *socket, CDI: *cdi,

@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -47,21 +46,24 @@ func kubeClient(kubeconfig, nodeName string) (kubernetes.Interface, string, erro
 	return client, nodeName, nil
 }
 
+// runAbout is the description in `kdm run --help`.
+const runAbout = `Runs the device manager: kubelet.sock for device plugins, the podresources API, the pod
+manifest source (--pod-manifest-path) or an API server (--kubeconfig), the checkpoint, and
+/healthz, /metrics, /status and the status page. Flags named as the kubelet's mean what they
+mean there. It stops on SIGTERM or SIGINT; 'kdm get' asks it what it holds.`
+
 // runDaemon is `kdm run`: it parses the flags, applies the logging configuration, refuses to
 // start beside a live device manager, and runs the agent until a signal stops it. It returns
 // the exit code: 2 for a bad command line, 1 for a failure, 0 after a clean stop.
 func runDaemon(args []string, stdout, stderr io.Writer) int {
-	fs, opts := newRunFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "kdm run: %v\nRun 'kdm run -h' for the flags.\n", err)
-		return 2
+	c := newCommand("kdm run", "kdm run [flags]", runAbout, stdout, stderr)
+	fs := c.flags
+	opts := addRunFlags(fs)
+	if code, ok := c.parse(args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "kdm run: unexpected arguments %q\n", fs.Args())
-		return 2
+		return c.misuse("expected no arguments, got %d: %s", fs.NArg(), quoteArgs(fs.Args()))
 	}
 	if asked, err := opts.version.print(stdout); asked {
 		if err != nil {
@@ -71,20 +73,17 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := opts.agentConfig(fs)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdm run: %v\n", err)
 		if ue := (*usageError)(nil); errors.As(err, &ue) {
-			return 2
+			return c.misuse("%v", err)
 		}
-		return 1
+		return c.fail("%v", err)
 	}
 	if err := logsapi.ValidateAndApply(opts.logging, nil); err != nil {
-		fmt.Fprintf(stderr, "kdm run: logging flags: %v\n", err)
-		return 2
+		return c.misuse("logging flags: %v", err)
 	}
 	defer klog.Flush()
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "kdm run: %v\n", err)
-		return 2
+		return c.misuse("%v", err)
 	}
 	if err := checkSocketsFree(servedSockets(cfg)...); err != nil {
 		fmt.Fprintf(stderr, "kdm run: refusing to start: %v\n", err)

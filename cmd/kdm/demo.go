@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -31,21 +30,31 @@ type demo struct {
 	podsDir  string // the agent's manifest directory
 	samples  string // directory of sample manifests to copy in; "" for the embedded ones
 	start    time.Time
+	// ids shortens GPU IDs by the prefix all of the node's GPUs share, so that what tells
+	// them apart is what is printed.
+	ids idShortener
 }
 
+// demoAbout is the description in `kdm demo --help`.
+const demoAbout = `A self-contained tour in a temporary directory: kdm's manager, the reference GPU plugin on eight
+mock A100s, sample pods admitted from manifests, the checkpoint, a restart of kdm that keeps
+every pod's GPUs, and one more pod. Nothing outside the temporary directory is touched.`
+
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kdm demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("kdm demo", "kdm demo [flags]", demoAbout, stdout, stderr)
+	fs := c.flags
 	samples := fs.String("pods", "", "directory of sample pod manifests (`DIR`, *.yaml, at least two); default: the built-in samples, copies of testdata/pods")
 	keep := fs.Bool("keep", false, "keep the demo's temporary directory")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return c.misuse("expected no arguments, got %d: %s", fs.NArg(), quoteArgs(fs.Args()))
 	}
 	base, err := os.MkdirTemp("", "kdm-demo-")
 	if err != nil {
-		fmt.Fprintf(stderr, "kdm demo: %v\n", err)
-		return 1
+		return c.fail("%v", err)
 	}
 	if !*keep {
 		defer func() { _ = os.RemoveAll(base) }()
@@ -55,8 +64,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if err := d.run(ctx); err != nil {
-		fmt.Fprintf(stderr, "kdm demo: %v\n", err)
-		return 1
+		return c.fail("%v", err)
 	}
 	if *keep {
 		fmt.Fprintf(stdout, "\nKept %s for you to explore.\n", base)
@@ -102,6 +110,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.printCapacity(first.agent.Status())
+	d.learnIDs(first.agent.PageState())
 
 	initial := samples[:len(samples)-1]
 	for _, s := range initial {
@@ -229,7 +238,7 @@ func (d *demo) printPods(st agent.NodeStatus) {
 			if c.RunOptions != nil {
 				for _, e := range c.RunOptions.Envs {
 					if e.Name == "NVIDIA_VISIBLE_DEVICES" {
-						env = e.Name + "=" + shortUUIDs(e.Value)
+						env = e.Name + "=" + d.ids.text(gpuResource, e.Value)
 					}
 				}
 			}
@@ -298,15 +307,19 @@ func disjoint(byContainer map[string]string) error {
 	return nil
 }
 
-func shortUUIDs(list string) string {
-	var out []string
-	for _, id := range strings.Split(list, ",") {
-		if len(id) > 12 {
-			id = "…" + id[len(id)-4:]
+// learnIDs finds the prefix the node's GPU IDs share and says what the pods' lines will print
+// in its place.
+func (d *demo) learnIDs(st agent.PageState) {
+	all := map[string][]string{}
+	for _, r := range st.Resources {
+		for _, dev := range r.Devices {
+			all[r.Name] = append(all[r.Name], dev.ID)
 		}
-		out = append(out, id)
 	}
-	return strings.Join(out, ",")
+	d.ids = newIDShortener(all)
+	if p := d.ids[gpuResource]; p != "" {
+		d.say("The GPUs' IDs all begin %s; below, %s stands for it: %s0 is %s0", p, ellipsis, ellipsis, p)
+	}
 }
 
 // quiet is a logger that drops everything: the demo tells its own story.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,8 @@ func TestBuiltinSamplesMatchTestdata(t *testing.T) {
 }
 
 // TestDemoFromAnyDirectory builds the kdm binary and runs `kdm demo` from an empty directory
-// outside the repository: it must find its sample pods (embedded) and finish the tour.
+// outside the repository: it must find its sample pods (embedded) and finish the tour, showing
+// each pod's GPUs by what tells them apart.
 func TestDemoFromAnyDirectory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary; run by make test")
@@ -58,9 +60,21 @@ func TestDemoFromAnyDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kdm demo from %s: %v\n%s", cmd.Dir, err, out)
 	}
-	for _, want := range []string{"Placed 2 pod manifests", "Added one more pod: training.yaml", "No GPU is held by two pods"} {
+	for _, want := range []string{"Placed 2 pod manifests", "Added one more pod: training.yaml", "No GPU is held by two pods",
+		"The GPUs' IDs all begin GPU-a100a100-0000-4000-8000-00000000000; below, … stands for it"} {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	// Each GPU a pod sees is told apart by what its ID does not share with the others (issue
+	// 33): "…3", never a cut such as "GPU-a100a100-0000-400…" or the last four digits "…0003".
+	visible := regexp.MustCompile(`NVIDIA_VISIBLE_DEVICES=(\S+)`).FindAllSubmatch(out, -1)
+	if len(visible) == 0 {
+		t.Fatalf("demo output shows no pod's GPUs:\n%s", out)
+	}
+	for _, m := range visible {
+		if !regexp.MustCompile(`^…[0-7](,…[0-7])*$`).Match(m[1]) {
+			t.Errorf("a pod's GPUs print as %s, want …N for each:\n%s", m[1], out)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -10,12 +9,18 @@ import (
 	"github.com/kdm-project/kdm/explore"
 )
 
+// exploreAbout is the description in `kdm explore --help`.
+const exploreAbout = `Searches restart semantics (docs/explore.md): a simulated node around the manager's state core,
+driven through seeded random runs or, with --story and --exhaustive, through every crash point
+and order of a scenario script's run. Findings go to stdout as scenario scripts that
+'kdm scenario' replays; the summary goes to stderr. Exits 1 when an invariant broke.`
+
 // runExplore is `kdm explore`: random runs from seeds, or with --story and --exhaustive
 // every run of a scenario script. Findings go to stdout as scenario scripts; progress to
 // stderr. It exits 1 when an invariant broke, 2 on bad usage.
 func runExplore(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kdm explore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("kdm explore", "kdm explore [--policy P] [--seeds N] [--seed S] [--steps N] [--story FILE --exhaustive [--max-runs N]]", exploreAbout, stdout, stderr)
+	fs := c.flags
 	policy := fs.String("policy", devicemanager.KDMPolicyName, explorePolicyHelp())
 	seeds := fs.Int("seeds", 1000, "random runs to make")
 	seed := fs.Int64("seed", 0, "the first run's seed; with --seeds 1, replays that run")
@@ -24,19 +29,17 @@ func runExplore(args []string, stdout, stderr io.Writer) int {
 	exhaustive := fs.Bool("exhaustive", false, "with --story: every crash point and every order of the work a restart leaves")
 	maxRuns := fs.Int("max-runs", 0, "with --exhaustive: stop after this many runs (0: no bound)")
 	noRecords := fs.Bool("no-embedder-records", false, "the embedder keeps no copy of the assignments (as the kubelet): a lost checkpoint loses them")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kdm explore [--policy P] [--seeds N] [--seed S] [--steps N] [--story FILE [--exhaustive]]")
-		fs.PrintDefaults()
+	if code, ok := c.parse(args); !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		if err == nil {
-			fs.Usage()
-		}
-		return 2
+	if fs.NArg() != 0 {
+		return c.misuse("expected no arguments (a story goes with --story), got %d: %s", fs.NArg(), quoteArgs(fs.Args()))
 	}
 	if *exhaustive && *story == "" {
-		fmt.Fprintln(stderr, "kdm explore: --exhaustive needs --story")
-		return 2
+		return c.misuse("--exhaustive needs --story")
+	}
+	if *story != "" && !*exhaustive {
+		return c.misuse("--story without --exhaustive: random runs draw their own events; add --exhaustive")
 	}
 	cfg := explore.Config{Policy: *policy, Seeds: *seeds, FirstSeed: *seed, Steps: *steps, NoRecords: *noRecords, Progress: stderr}
 	var rep *explore.Report
@@ -44,8 +47,6 @@ func runExplore(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case *exhaustive:
 		rep, err = explore.Exhaustive(cfg, *story, *maxRuns)
-	case *story != "":
-		err = fmt.Errorf("--story without --exhaustive: random runs draw their own events; add --exhaustive")
 	default:
 		rep, err = explore.Random(cfg)
 	}

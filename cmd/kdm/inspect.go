@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,15 +11,19 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // inspectedEntry is one checkpoint entry with its allocation response decoded.
 type inspectedEntry struct {
-	PodUID        string              `json:"podUID"`
+	PodUID string `json:"podUID"`
+	// Pod is the pod's namespace/name, when a pod result of kdm's names its UID.
+	Pod           string              `json:"pod,omitempty"`
 	ContainerName string              `json:"containerName"`
 	ResourceName  string              `json:"resourceName"`
 	DeviceIDs     map[string][]string `json:"deviceIDs"`
@@ -47,46 +50,67 @@ type inspectedContest struct {
 	PodUIDs      []string `json:"podUIDs"`
 }
 
+// inspectAbout is the description in `kdm inspect --help`.
+const inspectAbout = `Decodes and verifies a kubelet_internal_checkpoint, written by a kubelet or by kdm, and prints
+its entries and registered devices. FILE defaults to the checkpoint under --root-dir
+(<root-dir>/device-plugins/kubelet_internal_checkpoint).
+
+The table groups entries by pod and names each pod namespace/name when kdm's pod results
+(<root-dir>/kdm/pods/*.json) name its UID; without them a pod is its UID. Device IDs that share
+a long common prefix within a resource (the mock GPUs' GPU-a100a100-0000-4000-8000-…) are shown
+without it, as …rest, and the prefix is printed above the table; --wide and --json print every
+ID in full. Exits 1 when the file cannot be read or does not verify.`
+
 func runInspect(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kdm inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("kdm inspect", "kdm inspect [flags] [FILE]", inspectAbout, stdout, stderr)
+	fs := c.flags
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	wide := fs.Bool("wide", false, "print every field in full, however long the lines get")
 	width := fs.Int("width", defaultInspectWidth, "fit the table into `COLUMNS` characters (ignored with --wide)")
 	rewrite := fs.String("rewrite", "", "write the checkpoint back to `OUT` in canonical order with a fresh checksum")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kdm inspect [--json | --wide | --width N] [--rewrite OUT] FILE")
-		fs.PrintDefaults()
+	rootDir := fs.String("root-dir", "", "the node's kubelet root directory (`DIR`): the default FILE and pod results are found under it (default: "+agent.DefaultRootDir+"; with FILE given, the directory above FILE's)")
+	resultsDir := fs.String("pod-results-dir", "", "`DIR` of kdm's pod results (*.json), which name the checkpoint's pods (default: <root-dir>/kdm/pods)")
+	if code, ok := c.parse(args); !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
+	if fs.NArg() > 1 {
+		return c.misuse("expected at most one checkpoint path, got %d: %s", fs.NArg(), quoteArgs(fs.Args()))
 	}
 	if *width < minInspectWidth {
-		fmt.Fprintf(stderr, "kdm inspect: --width %d is too narrow, the least is %d\n", *width, minInspectWidth)
-		return 2
+		return c.misuse("--width %d is too narrow, the least is %d", *width, minInspectWidth)
 	}
-	file := fs.Arg(0)
+	file, root := fs.Arg(0), *rootDir
+	switch {
+	case file == "" && root == "":
+		root = agent.DefaultRootDir
+		file = filepath.Join(root, "device-plugins", checkpoint.FileName)
+	case file == "":
+		file = filepath.Join(root, "device-plugins", checkpoint.FileName)
+	case root == "":
+		// The kubelet's layout: <root>/device-plugins/kubelet_internal_checkpoint.
+		root = filepath.Dir(filepath.Dir(file))
+	}
+	if *resultsDir == "" {
+		*resultsDir = filepath.Join(root, "kdm", "pods")
+	}
 	raw, err := checkpoint.ReadFile(file) // a live node's file, never torn by its writer
 	if err != nil {
-		fmt.Fprintf(stderr, "kdm inspect: %v\n", err)
-		return 1
+		return c.fail("%v", err)
 	}
 	data, layout, err := checkpoint.Decode(raw)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdm inspect: %s: %v\n", file, err)
-		return 1
+		return c.fail("%s: %v", file, err)
 	}
 	out := describe(file, data, layout)
+	if err := out.namePods(*resultsDir); err != nil {
+		// Names are a convenience: the checkpoint is printed with pod UIDs alone.
+		fmt.Fprintf(stderr, "kdm inspect: pods are named by UID only: reading pod results: %v\n", err)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
-			fmt.Fprintf(stderr, "kdm inspect: %v\n", err)
-			return 1
+			return c.fail("%v", err)
 		}
 	} else if *wide {
 		printWide(stdout, out)
@@ -95,12 +119,38 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	}
 	if *rewrite != "" {
 		if err := writeCanonical(*rewrite, data); err != nil {
-			fmt.Fprintf(stderr, "kdm inspect: rewriting %s: %v\n", *rewrite, err)
-			return 1
+			return c.fail("rewriting %s: %v", *rewrite, err)
 		}
 		fmt.Fprintf(stderr, "kdm inspect: wrote %s in canonical order\n", *rewrite)
 	}
-	return 0
+	return exitOK
+}
+
+// namePods fills in each entry's pod namespace/name from the pod results in dir, as kdm writes
+// them (agent.ReadResults). A missing directory names nothing and is no error: a kubelet's
+// node has none.
+func (in *inspected) namePods(dir string) error {
+	results, err := agent.ReadResults(dir)
+	if err != nil {
+		return err
+	}
+	for i := range in.Entries {
+		if r, ok := results[types.UID(in.Entries[i].PodUID)]; ok {
+			in.Entries[i].Pod = r.Namespace + "/" + r.Name
+		}
+	}
+	return nil
+}
+
+// podLabel is how the table names a pod: namespace/name and UID when a pod result names it,
+// the UID alone otherwise.
+func (in *inspected) podLabel(uid string) string {
+	for _, e := range in.Entries {
+		if e.PodUID == uid && e.Pod != "" {
+			return display(e.Pod) + " (" + display(uid) + ")"
+		}
+	}
+	return display(uid)
 }
 
 // describe decodes every entry's allocation response; one that does not decode is reported

@@ -74,28 +74,29 @@ func abbreviate(s string, w int) string {
 
 // formatNUMA lists the devices of one entry by NUMA node, node first so that an abbreviated cell
 // still says where its devices sit: "numa 0: gpu-0,gpu-1; numa 1: gpu-2" or "no topology: nic-0".
-func formatNUMA(m map[string][]string) string {
+// The IDs are shortened by ids (an empty idShortener prints them in full).
+func formatNUMA(e inspectedEntry, ids idShortener) string {
 	var parts []string
-	for _, n := range sortedStrings(m) {
+	for _, n := range sortedStrings(e.DeviceIDs) {
 		label := "numa " + n
 		if n == "-1" {
 			label = "no topology"
 		}
-		parts = append(parts, label+": "+strings.Join(displayAll(m[n]), ","))
+		parts = append(parts, label+": "+strings.Join(ids.ids(e.ResourceName, e.DeviceIDs[n]), ","))
 	}
 	return strings.Join(parts, "; ")
 }
 
 // summarize is a one-line account of an entry's allocation response: environment variables in
-// full, the other fields counted.
-func summarize(e inspectedEntry) string {
+// full (device IDs in their values shortened by ids), the other fields counted.
+func summarize(e inspectedEntry, ids idShortener) string {
 	if e.resp == nil {
 		return "undecodable: " + displayText(e.AllocRespErr)
 	}
 	r := e.resp
 	var parts []string
 	for _, k := range sortedStrings(r.Envs) {
-		parts = append(parts, displayText(k)+"="+displayText(r.Envs[k]))
+		parts = append(parts, displayText(k)+"="+displayText(ids.text(e.ResourceName, r.Envs[k])))
 	}
 	if n := len(r.Devices); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d device specs", n))
@@ -115,6 +116,21 @@ func summarize(e inspectedEntry) string {
 	return strings.Join(parts, "; ")
 }
 
+// idsByResource lists every device ID the checkpoint names, registered or assigned, by
+// resource.
+func (in *inspected) idsByResource() map[string][]string {
+	out := map[string][]string{}
+	for res, ids := range in.RegisteredDevices {
+		out[res] = append(out[res], ids...)
+	}
+	for _, e := range in.Entries {
+		for _, ids := range e.DeviceIDs {
+			out[e.ResourceName] = append(out[e.ResourceName], ids...)
+		}
+	}
+	return out
+}
+
 func printHeader(w io.Writer, in *inspected) {
 	fmt.Fprintf(w, "file:     %s\nlayout:   %s\nchecksum: %d\nentries:  %d\n\n", display(in.File), in.Layout, in.Checksum, len(in.Entries))
 }
@@ -123,9 +139,15 @@ func printHeader(w io.Writer, in *inspected) {
 func printWide(w io.Writer, in *inspected) {
 	printHeader(w, in)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD UID\tCONTAINER\tRESOURCE\tDEVICES BY NUMA NODE\tALLOCATE RESPONSE")
+	fmt.Fprintln(tw, "POD\tPOD UID\tCONTAINER\tRESOURCE\tDEVICES BY NUMA NODE\tALLOCATE RESPONSE")
+	full := idShortener{}
 	for _, e := range in.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", display(e.PodUID), display(e.ContainerName), display(e.ResourceName), formatNUMA(e.DeviceIDs), summarize(e))
+		pod := "-"
+		if e.Pod != "" {
+			pod = display(e.Pod)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", pod, display(e.PodUID), display(e.ContainerName), display(e.ResourceName),
+			formatNUMA(e, full), summarize(e, full))
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
@@ -140,16 +162,23 @@ func printWide(w io.Writer, in *inspected) {
 }
 
 // printFitted prints the checkpoint so that no line is longer than cols (file names and single
-// device IDs longer than a whole line excepted). Entries are grouped under a "pod UID" line so the
-// 36-column UID is not repeated in every row; the allocate response, then the device list, then the
-// container and resource names are abbreviated as needed; the registered device lists are wrapped.
+// device IDs longer than a whole line excepted). Entries are grouped under a "pod" line, naming
+// the pod and its UID, so the 36-column UID is not repeated in every row. Device IDs in the rows
+// drop the prefix their resource's IDs share (listed above the table; see idShortener), so what
+// tells them apart stays; then the allocate response, the device list, and the container and
+// resource names are abbreviated at their ends as needed; the registered device lists are
+// wrapped, every ID in full.
 func printFitted(w io.Writer, in *inspected, cols int) {
 	printHeader(w, in)
 	const indent = "  "
+	ids := newIDShortener(in.idsByResource())
+	if len(in.Entries) > 0 {
+		ids.printLegend(w, cols)
+	}
 	header := []string{"CONTAINER", "RESOURCE", "DEVICES BY NUMA NODE", "ALLOCATE RESPONSE"}
 	rows := make([][]string, len(in.Entries))
 	for i, e := range in.Entries {
-		rows[i] = []string{display(e.ContainerName), display(e.ResourceName), formatNUMA(e.DeviceIDs), summarize(e)}
+		rows[i] = []string{display(e.ContainerName), display(e.ResourceName), formatNUMA(e, ids), summarize(e, ids)}
 	}
 	// The widest column gives way first; on a tie the response, then the devices, then the names.
 	widths := fitColumns(header, rows, cols-len(indent), []int{10, 12, 16, 16}, []int{3, 2, 0, 1})
@@ -174,7 +203,7 @@ func printFitted(w io.Writer, in *inspected, cols int) {
 	lastPod := ""
 	for i, e := range in.Entries {
 		if i == 0 || e.PodUID != lastPod {
-			fmt.Fprintf(w, "pod %s\n", display(e.PodUID))
+			fmt.Fprintf(w, "pod %s\n", in.podLabel(e.PodUID))
 			lastPod = e.PodUID
 		}
 		line(rows[i])
@@ -198,7 +227,11 @@ func printContested(w io.Writer, in *inspected) {
 	fmt.Fprintf(w, "CONTESTED: %d devices are named by more than one pod; kdm keeps each held for all of them\n", len(in.Contested))
 	fmt.Fprintln(w, "and allocates it to no other pod until one is left (delete the pod that should not hold it)")
 	for _, c := range in.Contested {
-		fmt.Fprintf(w, "  %s %s: pods %s\n", display(c.ResourceName), display(c.DeviceID), strings.Join(displayAll(c.PodUIDs), ", "))
+		pods := make([]string, len(c.PodUIDs))
+		for i, uid := range c.PodUIDs {
+			pods[i] = in.podLabel(uid)
+		}
+		fmt.Fprintf(w, "  %s %s: pods %s\n", display(c.ResourceName), display(c.DeviceID), strings.Join(pods, ", "))
 	}
 	fmt.Fprintln(w)
 }

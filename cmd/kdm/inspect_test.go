@@ -13,8 +13,10 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -108,9 +110,25 @@ func TestInspectLegacyV1(t *testing.T) {
 	}
 }
 
+// TestInspectUsage: more than one file is a usage error (exit 2) naming them; without a file,
+// inspect reads the checkpoint under --root-dir; a missing file exits 1.
 func TestInspectUsage(t *testing.T) {
-	if code, _, _ := inspect(t); code != 2 {
-		t.Fatalf("no file: exit %d, want 2", code)
+	if code, _, errOut := inspect(t, "A", "B"); code != 2 || !strings.Contains(errOut, `kdm inspect: expected at most one checkpoint path, got 2: "A" "B"`) {
+		t.Fatalf("two files: exit %d, %q; want 2 naming both", code, errOut)
+	}
+	root := t.TempDir()
+	golden, err := os.ReadFile(filepath.Join(goldens, "2pods-init-app-2res", checkpoint.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "device-plugins"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "device-plugins", checkpoint.FileName), golden, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := inspect(t, "--root-dir", root); code != 0 || !strings.Contains(out, "entries:  8") {
+		t.Fatalf("no file, --root-dir %s: exit %d, stderr %q, stdout:\n%s", root, code, errOut, out)
 	}
 	if code, _, errOut := inspect(t, "/nonexistent/kubelet_internal_checkpoint"); code != 1 || !strings.Contains(errOut, "no such file") {
 		t.Fatalf("missing file: exit %d, %q", code, errOut)
@@ -243,5 +261,129 @@ func TestInspectReportsContestedDevices(t *testing.T) {
 	plain := writeCheckpoint(t, &checkpoint.Data{PodDeviceEntries: []checkpoint.PodDevicesEntry{entry("pod-a", "GPU-1")}})
 	if _, out, _ := inspect(t, plain); strings.Contains(out, "CONTESTED") {
 		t.Fatalf("a checkpoint without a contested device reports one:\n%s", out)
+	}
+}
+
+// mockGPU is the go-nvml mock DGX A100's ID of GPU i: every ID shares all but the last digit.
+func mockGPU(i int) string { return fmt.Sprintf("GPU-a100a100-0000-4000-8000-%012d", i) }
+
+// writePodResult writes a pod result in kdm's format, with the fields that name the pod.
+func writePodResult(t *testing.T, dir, namespace, name, uid string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(agent.PodResult{Namespace: namespace, Name: name, UID: types.UID(uid), Phase: agent.PhaseAdmitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, namespace+"_"+name+"_"+uid+".json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInspectTellsDevicesAndPodsApart (issue 33): on a node of mock GPUs, whose IDs differ only
+// in their last digit, the default table drops the prefix the IDs share (saying so once) rather
+// than cutting off the digit that tells them apart, and names each pod namespace/name from
+// kdm's pod results in <root-dir>/kdm/pods, found from the checkpoint's place in the kubelet's
+// layout; a pod without a result keeps its UID. --wide and --json keep every ID in full. Golden.
+func TestInspectTellsDevicesAndPodsApart(t *testing.T) {
+	var all []string
+	for i := range 8 {
+		all = append(all, mockGPU(i))
+	}
+	resp := func(ids ...string) []byte {
+		b, err := proto.Marshal(&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ",")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const train, infer, orphan = "8d3f0c52-6a1e-4b7e-9f0a-1c2d3e4f5a01", "8d3f0c52-6a1e-4b7e-9f0a-1c2d3e4f5a02", "8d3f0c52-6a1e-4b7e-9f0a-1c2d3e4f5a09"
+	data := &checkpoint.Data{
+		PodDeviceEntries: []checkpoint.PodDevicesEntry{
+			{PodUID: train, ContainerName: "trainer", ResourceName: "nvidia.com/gpu",
+				DeviceIDs: checkpoint.DevicesPerNUMA{0: all[2:4], 1: all[4:6]}, AllocResp: resp(all[2:6]...)},
+			{PodUID: infer, ContainerName: "server", ResourceName: "nvidia.com/gpu",
+				DeviceIDs: checkpoint.DevicesPerNUMA{0: all[0:2]}, AllocResp: resp(all[0:2]...)},
+			{PodUID: orphan, ContainerName: "main", ResourceName: "nvidia.com/gpu",
+				DeviceIDs: checkpoint.DevicesPerNUMA{1: all[7:8]}, AllocResp: resp(all[7])},
+		},
+		RegisteredDevices: map[string][]string{"nvidia.com/gpu": all},
+	}
+	b, err := checkpoint.Encode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	file := filepath.Join(root, "device-plugins", checkpoint.FileName)
+	if err := os.MkdirAll(filepath.Dir(file), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writePodResult(t, filepath.Join(root, "kdm", "pods"), "ml", "training", train)
+	writePodResult(t, filepath.Join(root, "kdm", "pods"), "ml", "inference", infer)
+
+	code, out, errOut := inspect(t, file)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	checkGolden(t, "inspect/mock-gpus", strings.ReplaceAll(out, root, "ROOT"))
+	for _, want := range []string{"pod ml/training (" + train + ")", "pod " + orphan + "\n", "numa 0: …2,…3; numa 1: …4,…5", "NVIDIA_VISIBLE_DEVICES=…0,…1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+
+	// The same pods are named from --pod-results-dir wherever the checkpoint lies.
+	moved := filepath.Join(t.TempDir(), checkpoint.FileName)
+	if err := os.WriteFile(moved, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, out, _ := inspect(t, "--pod-results-dir", filepath.Join(root, "kdm", "pods"), moved); !strings.Contains(out, "pod ml/inference ("+infer+")") {
+		t.Errorf("--pod-results-dir does not name the pods:\n%s", out)
+	}
+	if _, out, _ := inspect(t, moved); strings.Contains(out, "ml/inference") {
+		t.Errorf("a checkpoint outside the kubelet's layout names pods without --pod-results-dir:\n%s", out)
+	}
+
+	_, out, _ = inspect(t, "--wide", file)
+	if !strings.Contains(out, "ml/training") || !strings.Contains(out, strings.Join(all[2:4], ",")) {
+		t.Errorf("--wide lacks the pod name or the full IDs:\n%s", out)
+	}
+	_, out, _ = inspect(t, "--json", file)
+	var got inspected
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]string{}
+	for _, e := range got.Entries {
+		pods[e.PodUID] = e.Pod
+	}
+	if pods[train] != "ml/training" || pods[infer] != "ml/inference" || pods[orphan] != "" || !strings.Contains(out, `"`+all[7]+`"`) {
+		t.Errorf("--json names pods %v, want ml/training, ml/inference and none for the orphan; IDs in full", pods)
+	}
+}
+
+// TestCommonIDPrefix pins which prefixes are dropped: a long shared one, never the whole of
+// an ID, never a short one such as real GPUs' "GPU-", never for one device or quoted IDs.
+func TestCommonIDPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []string
+		want string
+	}{
+		{[]string{mockGPU(0), mockGPU(7)}, "GPU-a100a100-0000-4000-8000-00000000000"},
+		{[]string{mockGPU(3), mockGPU(13)}, "GPU-a100a100-0000-4000-8000-0000000000"},
+		{[]string{"GPU-3f2a9c1e-aaaa", "GPU-7b1d0e44-bbbb"}, ""},
+		{[]string{mockGPU(1)}, ""},
+		{[]string{mockGPU(1), mockGPU(1)}, ""},
+		{[]string{"device-number-1", "device-number-10"}, "device-number-"},
+		{[]string{"prefix-long-\x00", "prefix-long-\x01"}, ""},
+	} {
+		if got := commonIDPrefix(tc.ids); got != tc.want {
+			t.Errorf("commonIDPrefix(%q) = %q, want %q", tc.ids, got, tc.want)
+		}
 	}
 }

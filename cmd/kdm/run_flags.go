@@ -53,13 +53,18 @@ func splitDefaultHealthz(addr string) (string, int32) {
 	return host, int32(p)
 }
 
-// newRunFlags returns `kdm run`'s flag set writing into a fresh runOptions. Parse errors and
-// usage go to stderr.
-func newRunFlags(stderr io.Writer) (*pflag.FlagSet, *runOptions) {
-	o := &runOptions{logging: logsapi.NewLoggingConfiguration()}
+// newRunFlags returns `kdm run`'s flag set writing into a fresh runOptions; pflag's own
+// messages go to w.
+func newRunFlags(w io.Writer) (*pflag.FlagSet, *runOptions) {
 	fs := pflag.NewFlagSet("kdm run", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(w)
 	fs.SortFlags = false
+	return fs, addRunFlags(fs)
+}
+
+// addRunFlags defines `kdm run`'s flags on fs, writing into a fresh runOptions.
+func addRunFlags(fs *pflag.FlagSet) *runOptions {
+	o := &runOptions{logging: logsapi.NewLoggingConfiguration()}
 	fs.StringVar(&o.rootDir, "root-dir", agent.DefaultRootDir, "directory for pod-resources/, kdm/pods/ and plugins_registry/")
 	fs.StringVar(&o.pluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "directory of kubelet.sock, plugin sockets and the checkpoint")
 	fs.StringVar(&o.podResultsDir, "pod-results-dir", "", "directory of the per-pod admission results, one JSON file per pod (empty: <root-dir>/kdm/pods)")
@@ -90,7 +95,7 @@ func newRunFlags(stderr io.Writer) (*pflag.FlagSet, *runOptions) {
 			_ = fs.MarkHidden(name)
 		}
 	}
-	return fs, o
+	return o
 }
 
 // usageError is a bad command line: `kdm run` exits 2 for it, 1 for other failures.

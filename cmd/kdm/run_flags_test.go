@@ -162,7 +162,7 @@ func TestRunRefusesBadIdentityFlags(t *testing.T) {
 		{[]string{"--healthz-port", "-1"}, "--healthz-port -1"},
 		{[]string{"--logging-format", "xml"}, "logging flags"},
 		{[]string{"--version=maybe"}, "want true, false or raw"},
-		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"extra"}, `expected no arguments, got 1: "extra"`},
 	} {
 		dir := t.TempDir()
 		args := append([]string{"run", "--root-dir", dir, "--device-plugin-dir", dir, "--healthz-bind-address", ""}, tc.args...)
@@ -193,7 +193,7 @@ func TestRunVersion(t *testing.T) {
 	}
 }
 
-// TestRunHelpListsKubeletFlags: -h exits 0 and documents the kubelet-named flags and the
+// TestRunHelpListsKubeletFlags: -h exits 0 and documents, on stdout, the kubelet-named flags and the
 // component-base logging flags.
 func TestRunHelpListsKubeletFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
@@ -202,7 +202,7 @@ func TestRunHelpListsKubeletFlags(t *testing.T) {
 	}
 	for _, flag := range []string{"--node-labels", "--register-with-taints", "--node-ip", "--system-reserved", "--kube-reserved",
 		"--node-capacity", "--pod-results-dir", "--healthz-bind-address", "--healthz-port", "--version", "-v, --v", "--vmodule", "--logging-format"} {
-		if !strings.Contains(errOut.String(), flag) {
+		if !strings.Contains(out.String(), flag) {
 			t.Errorf("kdm run -h does not list %s", flag)
 		}
 	}

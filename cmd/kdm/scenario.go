@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,32 +10,33 @@ import (
 	"github.com/kdm-project/kdm/scenario"
 )
 
+// scenarioAbout is the description in `kdm scenario --help`.
+const scenarioAbout = `Replays a restart-semantics script (testdata/scenarios/*.txt; the language is in
+docs/scenario-language.md) against the real manager and prints its timeline: under one policy,
+under every policy side by side (--compare), or drawn as an SVG (--svg).`
+
 // runScenario is `kdm scenario`: a script's timeline under one policy, or under every policy
 // side by side (--compare), or drawn as an SVG. The story goes to stdout, once; stderr gets
 // only errors and the name of a written SVG. It exits 1 when the script fails, 2 on bad usage.
 func runScenario(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kdm scenario", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("kdm scenario", "kdm scenario [--policy P | --compare [--width N]] [--svg OUT] FILE", scenarioAbout, stdout, stderr)
+	fs := c.flags
 	policy := fs.String("policy", scenario.DefaultPolicy, scenarioPolicyHelp())
 	compare := fs.Bool("compare", false, "run under every policy ("+strings.Join(scenario.Policies(), ", ")+") and print the timelines side by side, a column per policy")
 	width := fs.Int("width", scenario.DefaultWidth, "with --compare: the width of the page in characters; long lines wrap")
 	svg := fs.String("svg", "", "draw the timelines of every policy as an SVG into `OUT`, a lane per policy and resource")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kdm scenario [--policy P | --compare [--width N]] [--svg OUT] FILE")
-		fs.PrintDefaults()
+	if code, ok := c.parse(args); !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	switch fs.NArg() {
+	case 0:
+		return c.misuse("expected a scenario script, such as testdata/scenarios/node-reboot.txt")
+	case 1:
+	default:
+		return c.misuse("expected one scenario script, got %d: %s", fs.NArg(), quoteArgs(fs.Args()))
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	policySet := false
-	fs.Visit(func(f *flag.Flag) { policySet = policySet || f.Name == "policy" })
-	if policySet && (*compare || *svg != "") {
-		fmt.Fprintln(stderr, "kdm scenario: --compare and --svg run every policy; --policy goes without them")
-		return 2
+	if fs.Changed("policy") && (*compare || *svg != "") {
+		return c.misuse("--compare and --svg run every policy; --policy goes without them")
 	}
 	file := fs.Arg(0)
 	if !*compare && *svg == "" {

@@ -37,6 +37,31 @@ func currentVersion() versionInfo {
 	return v
 }
 
+// runVersion is `kdm version`: the version on one line, or with -o json the whole record.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("kdm version", "kdm version [-o text|json]",
+		"Prints the version of this kdm binary (the kubelet version its Node reports); -o json adds the\nmodule version, VCS revision, Go version and platform.", stdout, stderr)
+	output := c.flags.StringP("output", "o", "text", "output format: text or json")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.flags.NArg() > 0 {
+		return c.misuse("expected no arguments, got %d: %s", c.flags.NArg(), quoteArgs(c.flags.Args()))
+	}
+	v := versionValue("true")
+	switch *output {
+	case "text":
+	case "json":
+		v = "raw"
+	default:
+		return c.misuse("--output %q: want text or json", *output)
+	}
+	if _, err := v.print(stdout); err != nil {
+		return c.fail("%v", err)
+	}
+	return exitOK
+}
+
 // versionValue is the --version flag, as the kubelet has it: --version (or --version=true)
 // prints "kdm <version>", --version=raw the whole record as JSON, --version=false nothing.
 type versionValue string
@@ -61,9 +86,6 @@ func (v *versionValue) Set(s string) error {
 	}
 	return nil
 }
-
-// IsBoolFlag lets a bare --version mean --version=true.
-func (v *versionValue) IsBoolFlag() bool { return true }
 
 // print writes the version as asked; it reports whether anything was asked for.
 func (v versionValue) print(w io.Writer) (bool, error) {
