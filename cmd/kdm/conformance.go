@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,9 +21,8 @@ import (
 // bind-mount over the kubelet's device-plugin directory.
 const isolatedEnv = "KDM_CONFORMANCE_ISOLATED_DIR"
 
-const conformanceUsage = `usage: kdm conformance [flags] -- PLUGIN-COMMAND [ARGS...]
-
-Starts the device plugin command, plays the kubelet's device manager against it on a temporary
+// conformanceAbout is the description in `kdm conformance --help`.
+const conformanceAbout = `Starts the device plugin command, plays the kubelet's device manager against it on a temporary
 device-plugin directory, and runs the conformance checks (registration, ListAndWatch, Allocate,
 manager restart, manager absent at start, stream close, duplicate registrations, idle CPU,
 SIGTERM, health), each resource of a plugin that serves several apart. A plugin process that
@@ -32,14 +30,12 @@ dies fails the check during which it died, with its last stderr lines as evidenc
 or FAIL the table shows the kubelet behaviour the verdict rests on (docs/conformance.md).
 The plugin learns the directory through --dir-flag, --dir-env, a "{dir}"
 argument, or, for plugins that hard-code /var/lib/kubelet/device-plugins, --isolate (root).
-Exit status: 0 when no check fails, 1 when one does, 2 on usage or set-up errors.
-
-flags:
-`
+Exit status: 0 when no check fails, 1 when one does, 2 on usage or set-up errors.`
 
 func runConformance(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kdm conformance", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("kdm conformance", "kdm conformance [flags] -- PLUGIN-COMMAND [ARGS...]", conformanceAbout, stdout, stderr)
+	fs := c.flags
+	fs.SetInterspersed(false) // everything from the plugin command on is the plugin's
 	dirFlag := fs.String("dir-flag", "", "pass the directory to the plugin as --`NAME`=DIR")
 	dirEnv := fs.String("dir-env", "", "pass the directory to the plugin in environment variable `NAME`")
 	dir := fs.String("dir", "", "use this device-plugin directory instead of a temporary one (its sockets are removed)")
@@ -49,27 +45,23 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	trigger := fs.String("health-trigger", "", "shell `CMD` that makes device $KDM_CONFORMANCE_DEVICE of $KDM_CONFORMANCE_RESOURCE unhealthy (enables check 10)")
 	restore := fs.String("health-restore", "", "shell `CMD` that makes device $KDM_CONFORMANCE_DEVICE healthy again")
 	pluginLog := fs.String("plugin-log", "", "write the plugin's output to `FILE` (\"-\": stderr); default: discarded")
-	verbose := fs.Int("v", 0, "log verbosity of the manager probe (to stderr)")
+	verbose := fs.IntP("v", "v", 0, "log verbosity of the manager probe (to stderr)")
 	def := conformance.DefaultTimings()
 	cpuWindow := fs.Duration("cpu-window", def.CPUWindow, "idle CPU window after the manager restart (check 8)")
 	managerDelay := fs.Duration("manager-delay", def.ManagerDelay, "how long the manager stays absent after the plugin starts (check 5)")
 	closeWindow := fs.Duration("stream-close-window", def.StreamCloseWindow, "how long the plugin is watched after its stream is closed (check 6)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, conformanceUsage)
-		fs.PrintDefaults()
-		fmt.Fprintln(stderr, "\nchecks:")
+	c.more = func(w io.Writer) {
+		fmt.Fprintln(w, "checks:")
 		for _, c := range conformance.Checks() {
-			fmt.Fprintf(stderr, "  %2d %-24s %s\n", c.ID, c.Name, c.Title)
+			fmt.Fprintf(w, "  %2d %-24s %s\n", c.ID, c.Name, c.Title)
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := c.parse(args); !ok {
+		return code
 	}
 	command := fs.Args()
 	if len(command) == 0 {
-		fmt.Fprintln(stderr, "kdm conformance: no plugin command given (put it after --)")
-		fs.Usage()
-		return 2
+		return c.misuse("no plugin command given (put it after --)")
 	}
 	isolatedDir := os.Getenv(isolatedEnv)
 	if *isolate && isolatedDir == "" {
