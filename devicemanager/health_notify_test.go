@@ -100,4 +100,3 @@ func podHealth(m *Manager, uid string) []v1.ResourceHealthStatus {
 func allAre(hs []v1.ResourceHealthStatus, want v1.ResourceHealthStatus) bool {
 	return len(hs) > 0 && !slices.ContainsFunc(hs, func(h v1.ResourceHealthStatus) bool { return h != want })
 }
-
