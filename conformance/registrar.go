@@ -7,18 +7,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/endpoint"
+	"github.com/kdm-project/kdm/internal/resourcename"
 )
 
 // kubeletSocketName is the registration socket's name inside the plugin directory.
@@ -346,15 +345,8 @@ func validateRegister(req *pluginapi.RegisterRequest) error {
 	return nil
 }
 
-// isExtendedResourceName is the kubelet's test for a device-plugin resource name: a
-// domain-prefixed name, outside kubernetes.io, that is a qualified name once prefixed with
-// "requests.".
-func isExtendedResourceName(name string) bool {
-	if !strings.Contains(name, "/") || strings.Contains(name, "kubernetes.io/") || strings.HasPrefix(name, "requests.") {
-		return false
-	}
-	return len(validation.IsQualifiedName("requests."+name)) == 0
-}
+// isExtendedResourceName is the kubelet's rule for a device-plugin resource name.
+func isExtendedResourceName(name string) bool { return resourcename.IsExtended(name) }
 
 // socketInside resolves a Register request's endpoint against dir and requires it to be a plain
 // relative name of a socket that exists inside dir, symlinks resolved.

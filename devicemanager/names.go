@@ -6,23 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
-	"k8s.io/apimachinery/pkg/util/validation"
+	"github.com/kdm-project/kdm/internal/resourcename"
 )
 
-// isExtendedResourceName reports whether name is an extended resource name: domain-qualified,
-// outside kubernetes.io, not starting with "requests.", and a valid qualified name once
-// prefixed with "requests." (the quota form).
-func isExtendedResourceName(name string) bool {
-	if !strings.Contains(name, "/") || strings.Contains(name, "kubernetes.io/") {
-		return false
-	}
-	if strings.HasPrefix(name, "requests.") {
-		return false
-	}
-	return len(validation.IsQualifiedName("requests."+name)) == 0
-}
+// isExtendedResourceName is the kubelet's rule for a Register's resource name.
+func isExtendedResourceName(name string) bool { return resourcename.IsExtended(name) }
 
 // pluginSocketPath resolves a Register request's Endpoint to the socket kdm dials. The kubelet
 // joins and cleans the path, which lets "../x" escape the directory and, since the join is

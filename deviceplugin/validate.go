@@ -6,8 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/internal/resourcename"
 )
 
 // Validate reports every value of c that New refuses, one error per problem, joined with
@@ -113,15 +114,8 @@ func isFileName(name string) bool {
 	return name != "" && name != "." && name != ".." && !strings.ContainsRune(name, filepath.Separator)
 }
 
-// isExtendedResourceName applies the kubelet's rule for device-plugin resource names: a
-// domain-qualified name outside the kubernetes.io domains, not a quota name ("requests."
-// prefix), that stays a valid qualified name once "requests." is put in front of it.
-func isExtendedResourceName(name string) bool {
-	if !strings.Contains(name, "/") || strings.Contains(name, "kubernetes.io/") || strings.HasPrefix(name, "requests.") {
-		return false
-	}
-	return len(validation.IsQualifiedName("requests."+name)) == 0
-}
+// isExtendedResourceName is the kubelet's rule for a device-plugin resource name.
+func isExtendedResourceName(name string) bool { return resourcename.IsExtended(name) }
 
 // configError is one value Config.Validate refuses. It matches ErrInvalidConfig and, when
 // set, the cause.
