@@ -21,9 +21,9 @@ func kdmSide(name string, p kdm.Policy) suite.Side {
 
 // kdmManager is kdm's Manager.
 type kdmManager struct {
-	m      *kdm.Manager
-	cancel context.CancelFunc
-	done   chan struct{}
+	m       *kdm.Manager
+	cancel  context.CancelFunc
+	updates *suite.Updates
 }
 
 // startKDM starts kdm's manager on dir under policy p, with the same pod source.
@@ -38,9 +38,7 @@ func startKDM(tb testing.TB, dir string, pods *suite.PodList, p kdm.Policy) suit
 		cancel()
 		tb.Fatalf("starting the kdm device manager: %v", err)
 	}
-	k := &kdmManager{m: m, cancel: cancel, done: make(chan struct{})}
-	go suite.Drain(ctx, m.Updates(), k.done)
-	return k
+	return &kdmManager{m: m, cancel: cancel, updates: suite.WatchUpdates(m.Updates())}
 }
 
 func (k *kdmManager) Allocate(pod *v1.Pod) error {
@@ -57,15 +55,19 @@ func (k *kdmManager) Devices(pod *v1.Pod) []string {
 	return sortedIDs(k.m.GetDevices(string(pod.UID), pod.Spec.Containers[0].Name)[suite.ResourceName])
 }
 
+func (k *kdmManager) Updated() <-chan struct{} { return k.updates.Signal() }
+
+// Settle waits for every write whose change shows in GetCapacity: under the kubelet policy
+// the write that follows a list is one (the kdm policy's queued writes are not).
+func (k *kdmManager) Settle(testing.TB) { k.m.WaitForCheckpointWrites() }
+
 func (k *kdmManager) Stop() {
-	select {
-	case <-k.done:
+	if k.updates.Stopped() {
 		return
-	default:
 	}
 	_ = k.m.Stop()
 	k.cancel()
-	<-k.done
+	k.updates.Stop()
 }
 
 // kdmEntry is e in kdm's checkpoint types.

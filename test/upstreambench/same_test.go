@@ -36,3 +36,12 @@ func TestKubeletConstructor(t *testing.T) {
 		t.Run(side.Name, func(t *testing.T) { suite.CheckConstructor(t, side) })
 	}
 }
+
+// TestRestartSettles checks that no write of one Restart op runs inside the next: on every
+// side the checkpoint write that follows the plugin's list has landed when Settle returns,
+// and nothing changes the checkpoint from then until the next op starts.
+func TestRestartSettles(t *testing.T) {
+	for _, side := range sides() {
+		t.Run(side.Name, func(t *testing.T) { suite.CheckRestartSettles(t, side) })
+	}
+}

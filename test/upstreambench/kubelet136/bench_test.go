@@ -49,3 +49,7 @@ func BenchmarkRestart(b *testing.B) { suite.Restart(b, sides) }
 // TestKubeletConstructor checks the go:linkname'd constructor against the kubelet v1.36 (see
 // suite.CheckConstructor).
 func TestKubeletConstructor(t *testing.T) { suite.CheckConstructor(t, kubeletSide) }
+
+// TestRestartSettles checks that no write of one Restart op runs inside the next (see
+// suite.CheckRestartSettles).
+func TestRestartSettles(t *testing.T) { suite.CheckRestartSettles(t, kubeletSide) }

@@ -1,7 +1,6 @@
 package kubelet136
 
 import (
-	"context"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -21,9 +20,12 @@ var kubeletSide = suite.Side{Name: "kubelet-1.36", Kubelet: true, Launch: startK
 
 // kubeletManager is the kubelet's ManagerImpl, built by NewKubeletManager.
 type kubeletManager struct {
-	m      *kubeletdm.ManagerImpl
-	cancel context.CancelFunc
-	done   chan struct{}
+	m       *kubeletdm.ManagerImpl
+	updates *suite.Updates
+	// dir and launched are the plugin directory and its checkpoint when the manager
+	// started, for Settle.
+	dir      string
+	launched suite.FileID
 }
 
 // noAffinity is a topology manager store without a NUMA preference. The kubelet's device
@@ -40,6 +42,7 @@ func (noAffinity) Name() string                      { return "none" }
 // (Start with the pod source, no containers known to the runtime).
 func startKubelet(tb testing.TB, dir string, pods *suite.PodList) suite.Manager {
 	tb.Helper()
+	launched := suite.CheckpointID(tb, dir)
 	m, err := NewKubeletManager(logr.Discard(), filepath.Join(dir, suite.KubeletSocketName), nil, noAffinity{})
 	if err != nil {
 		tb.Fatalf("kubelet device manager: %v", err)
@@ -47,10 +50,8 @@ func startKubelet(tb testing.TB, dir string, pods *suite.PodList) suite.Manager 
 	if err := m.Start(logr.Discard(), pods.Active, suite.AllSourcesReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		tb.Fatalf("starting the kubelet device manager: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	k := &kubeletManager{m: m, cancel: cancel, done: make(chan struct{})}
-	go suite.Drain(ctx, m.Updates(), k.done) // the kubelet's pod workers read health updates
-	return k
+	// The kubelet's pod workers read health updates.
+	return &kubeletManager{m: m, updates: suite.WatchUpdates(m.Updates()), dir: dir, launched: launched}
 }
 
 func (k *kubeletManager) Allocate(pod *v1.Pod) error {
@@ -73,13 +74,17 @@ func (k *kubeletManager) Devices(pod *v1.Pod) []string {
 	return ids
 }
 
+func (k *kubeletManager) Updated() <-chan struct{} { return k.updates.Signal() }
+
+// Settle waits for the checkpoint to be replaced since the manager started: the kubelet writes
+// it after every device list, on the plugin's stream and after the list shows in
+// GetCapacity, and nowhere else before an Allocate; its Stop does not wait for that write.
+func (k *kubeletManager) Settle(tb testing.TB) { suite.WaitReplaced(tb, k.dir, k.launched) }
+
 func (k *kubeletManager) Stop() {
-	select {
-	case <-k.done:
+	if k.updates.Stopped() {
 		return
-	default:
 	}
 	_ = k.m.Stop(logr.Discard())
-	k.cancel()
-	<-k.done
+	k.updates.Stop()
 }

@@ -2,49 +2,82 @@ package suite
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/kubernetes/pkg/kubelet/checkpointmanager"
 	kubeletcp "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/checkpoint"
 )
 
+// Departure orders of Allocate: which pod leaves the node in each op.
+const (
+	// DepartsNewest: the pod the previous op admitted, whose entry is the checkpoint's last
+	// (kdm's best case: it rewrites the file's tail).
+	DepartsNewest = "newest"
+	// DepartsOldest: the pod admitted first (for the restored pods, the checkpoint's first
+	// entry: kdm's worst case, it rewrites the whole file).
+	DepartsOldest = "oldest"
+	// DepartsRandom: a pod drawn at random, the same sequence on every side.
+	DepartsRandom = "random"
+)
+
+// KubeletMaxAllocatePods is the largest Allocate size the kubelet's manager runs at: its op
+// takes about a second at 10,000 pods (go-spew over every pod, on every write), so that size
+// runs for kdm alone.
+const KubeletMaxAllocatePods = 1000
+
 // Allocate admits one pod whose one container asks for one device, with K pods already
 // holding one device each (restored from a checkpoint) and one device free. An op is the
-// manager's Allocate: garbage collection of the pod admitted by the previous op (it left the
-// active pods), the plugin's Allocate RPC (with CDI devices in the response) and the
-// checkpoint write. K=10000 runs for the sides that are not the kubelet only.
+// manager's Allocate: garbage collection of the pod that left after the previous op (no
+// longer active), the plugin's Allocate RPC (with CDI devices in the response) and the
+// checkpoint write. Which pod leaves is the sub-benchmark's departure order (Departs*);
+// at K=0 the only pod there is to leave is the previous op's, so that size has one order.
 func Allocate(b *testing.B, sides []Side) {
 	for _, k := range []int{0, 100, 1000, 10000} {
-		var run []Side
-		for _, side := range sides {
-			if k <= 1000 || !side.Kubelet { // the kubelet takes about a second per op above; kdm alone shows its scaling
-				run = append(run, side)
-			}
+		orders := []string{DepartsNewest, DepartsOldest, DepartsRandom}
+		if k == 0 {
+			orders = []string{""}
 		}
-		if len(run) == 0 {
-			continue // a benchmark without sub-benchmarks would report itself, as an empty op
-		}
-		b.Run(fmt.Sprintf("pods=%d", k), func(b *testing.B) {
-			for _, side := range run {
-				b.Run(side.Name, func(b *testing.B) { allocateOps(b, side, k) })
+		for _, order := range orders {
+			name := fmt.Sprintf("pods=%d", k)
+			if order != "" {
+				name += ",departs=" + order
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				for _, side := range sides {
+					b.Run(side.Name, func(b *testing.B) {
+						if side.Kubelet && k > KubeletMaxAllocatePods {
+							b.Skip("not run: the kubelet's op takes about a second at this size")
+						}
+						allocateOps(b, side, k, order)
+					})
+				}
+			})
+		}
 	}
 }
 
-func allocateOps(b *testing.B, side Side, k int) {
+func allocateOps(b *testing.B, side Side, k int, order string) {
 	dir := ShortDir(b)
 	SeedCheckpoint(b, dir, CheckpointData(b, k, 1, k+1, false))
 	pods := NewPodList()
+	// admitted holds the active pods in the order they were admitted; the restored ones in
+	// the checkpoint's order.
+	admitted := make([]*v1.Pod, 0, k+1)
 	for i := 0; i < k; i++ {
-		pods.Add(NewPod(i, 1))
+		p := NewPod(i, 1)
+		pods.Add(p)
+		admitted = append(admitted, p)
 	}
 	m := side.Start(b, dir, pods)
 	StartPlugin(b, dir, DeviceList(k+1))
 	WaitAllocatable(b, m, int64(k+1))
+	random := rand.New(rand.NewPCG(uint64(k), 0x5eed))
 
 	next := k
 	for b.Loop() {
@@ -53,7 +86,17 @@ func allocateOps(b *testing.B, side Side, k int) {
 		if err := m.Allocate(pod); err != nil {
 			b.Fatalf("allocating pod %d with %d pods allocated: %v", next, k, err)
 		}
-		pods.Remove(pod.UID) // the next op's garbage collection releases its device
+		admitted = append(admitted, pod)
+		// One pod leaves: the next op's garbage collection releases its device.
+		i := len(admitted) - 1
+		switch order {
+		case DepartsOldest:
+			i = 0
+		case DepartsRandom:
+			i = random.IntN(len(admitted))
+		}
+		pods.Remove(admitted[i].UID)
+		admitted = slices.Delete(admitted, i, i+1)
 		next++
 	}
 	b.StopTimer()
@@ -64,7 +107,8 @@ func allocateOps(b *testing.B, side Side, k int) {
 
 // ListAndWatchUpdate measures one device-list update: the plugin sends its 1000 devices over
 // ListAndWatch with the health of a device that a pod holds flipped, and an op ends when the
-// manager's allocatable count shows it.
+// manager has announced the pod's health update and its allocatable count shows the change
+// (WaitUpdated: no spinning, the same wait for every side).
 func ListAndWatchUpdate(b *testing.B, sides []Side) {
 	const n = 1000
 	b.Run("devices=1000", func(b *testing.B) {
@@ -80,22 +124,15 @@ func listAndWatchOps(b *testing.B, side Side, n int) {
 	m := side.Start(b, dir, pods)
 	p := StartPlugin(b, dir, DeviceList(n))
 	WaitAllocatable(b, m, int64(n))
-	holder := NewPod(0, 1)
-	pods.Add(holder)
-	if err := m.Allocate(holder); err != nil {
-		b.Fatal(err)
-	}
-	held := m.Devices(holder)
-	if len(held) != 1 {
-		b.Fatalf("the pod holds %v, want one device", held)
-	}
+	held := allocateHolder(b, m, pods)
 	// Two lists, each with the held device in the other state, built once.
 	healthy, flipped := DeviceList(n), DeviceList(n)
 	for _, d := range flipped {
-		if d.ID == held[0] {
+		if d.ID == held {
 			d.Health = pluginapi.Unhealthy
 		}
 	}
+	ClearUpdated(m)
 
 	i := 0
 	for b.Loop() {
@@ -104,57 +141,146 @@ func listAndWatchOps(b *testing.B, side Side, n int) {
 			list, want = healthy, int64(n)
 		}
 		p.S.Update(list)
-		WaitAllocatable(b, m, want)
+		WaitUpdated(b, m, want)
 		i++
 	}
+}
+
+// allocateHolder admits a pod of one device, whose health the ListAndWatch benchmarks flip,
+// and returns the device.
+func allocateHolder(tb testing.TB, m Manager, pods *PodList) string {
+	tb.Helper()
+	holder := NewPod(0, 1)
+	pods.Add(holder)
+	if err := m.Allocate(holder); err != nil {
+		tb.Fatal(err)
+	}
+	held := m.Devices(holder)
+	if len(held) != 1 {
+		tb.Fatalf("the pod holds %v, want one device", held)
+	}
+	return held[0]
 }
 
 // Restart measures a manager restart with 250 running pods holding all 1000 devices (4
 // each): an op builds and starts a new manager on the previous one's directory (it reads the
 // checkpoint, removes the plugin sockets and serves a new kubelet.sock), the plugin serves
 // its socket again and registers, and the op ends when all 1000 devices are allocatable.
-// Stopping the previous manager is not timed. Beside ns/op it reports the mean of each part
+// Between ops, untimed, the previous manager's checkpoint write that follows the plugin's list
+// is waited for (Manager.Settle) and the manager is stopped, so that no write of one op lands
+// in the next (CheckRestartSettles checks it). Beside ns/op it reports the mean of each part
 // of an op (restartParts).
 func Restart(b *testing.B, sides []Side) {
-	const pods, perPod = 250, 4
-	b.Run("devices=1000,pods=250", func(b *testing.B) {
+	b.Run(RestartCase, func(b *testing.B) {
 		for _, side := range sides {
 			b.Run(side.Name, func(b *testing.B) {
-				dir := ShortDir(b)
-				SeedCheckpoint(b, dir, CheckpointData(b, pods, perPod, pods*perPod, false))
-				active := NewPodList()
-				for i := 0; i < pods; i++ {
-					active.Add(NewPod(i, perPod))
-				}
-				// Each op starts a manager: only the last one is left for the cleanup to stop, so
-				// that the stopped ones are garbage and the heap does not grow with the ops.
-				m := side.Launch(b, dir, active)
-				b.Cleanup(func() { m.Stop() })
-				p := StartPlugin(b, dir, DeviceList(pods*perPod))
-				WaitAllocatable(b, m, pods*perPod)
+				r := newRestartRig(b, side)
 				var parts restartParts
 				for b.Loop() {
 					b.StopTimer()
-					m.Stop()
+					r.settleAndStop(b)
 					b.StartTimer()
-					t0 := time.Now()
-					m = side.Launch(b, dir, active)
-					t1 := time.Now()
-					if err := p.Restart(); err != nil {
-						b.Fatal(err)
-					}
-					t2 := time.Now()
-					WaitAllocatable(b, m, pods*perPod)
-					parts.add(t0, t1, t2, time.Now())
+					r.op(b, &parts)
 				}
 				b.StopTimer()
 				parts.report(b)
-				if got := len(m.Devices(NewPod(pods-1, perPod))); got != perPod {
-					b.Fatalf("after the restarts the last pod holds %d devices, want %d", got, perPod)
-				}
+				r.check(b)
 			})
 		}
 	})
+}
+
+// RestartCase names Restart's one size; RestartPods and RestartPerPod are it.
+const (
+	RestartCase   = "devices=1000,pods=250"
+	RestartPods   = 250
+	RestartPerPod = 4
+)
+
+// restartRig is a node whose manager restarts: its directory, pods, plugin and current
+// manager.
+type restartRig struct {
+	side   Side
+	dir    string
+	active *PodList
+	m      Manager
+	p      *Plugin
+	// launched is the checkpoint's identity when m was launched (set before op).
+	launched FileID
+}
+
+// newRestartRig seeds the checkpoint, starts the first manager and the plugin, and waits for
+// the plugin's devices.
+func newRestartRig(tb testing.TB, side Side) *restartRig {
+	r := &restartRig{side: side, dir: ShortDir(tb), active: NewPodList()}
+	SeedCheckpoint(tb, r.dir, CheckpointData(tb, RestartPods, RestartPerPod, RestartPods*RestartPerPod, false))
+	for i := 0; i < RestartPods; i++ {
+		r.active.Add(NewPod(i, RestartPerPod))
+	}
+	// Each op starts a manager: only the last one is left for the cleanup to stop, so that
+	// the stopped ones are garbage and the heap does not grow with the ops.
+	r.launched = CheckpointID(tb, r.dir)
+	r.m = side.Launch(tb, r.dir, r.active)
+	tb.Cleanup(func() { r.m.Stop() })
+	r.p = StartPlugin(tb, r.dir, DeviceList(RestartPods*RestartPerPod))
+	WaitAllocatable(tb, r.m, RestartPods*RestartPerPod)
+	return r
+}
+
+// settleAndStop waits for the current manager's post-list write and stops it, and notes the
+// checkpoint the next manager starts from.
+func (r *restartRig) settleAndStop(tb testing.TB) {
+	r.m.Settle(tb)
+	r.m.Stop()
+	r.launched = CheckpointID(tb, r.dir)
+}
+
+// op is one restart: a new manager, the plugin's restart and registration, the wait for its
+// devices. parts, if not nil, records the time of each part.
+func (r *restartRig) op(tb testing.TB, parts *restartParts) {
+	t0 := time.Now()
+	r.m = r.side.Launch(tb, r.dir, r.active)
+	t1 := time.Now()
+	if err := r.p.Restart(); err != nil {
+		tb.Fatal(err)
+	}
+	t2 := time.Now()
+	WaitAllocatable(tb, r.m, RestartPods*RestartPerPod)
+	if parts != nil {
+		parts.add(t0, t1, t2, time.Now())
+	}
+}
+
+// check checks that the restored pods still hold their devices.
+func (r *restartRig) check(tb testing.TB) {
+	if got := len(r.m.Devices(NewPod(RestartPods-1, RestartPerPod))); got != RestartPerPod {
+		tb.Fatalf("after the restarts the last pod holds %d devices, want %d", got, RestartPerPod)
+	}
+}
+
+// CheckRestartSettles checks that Restart's ops do not overlap: after a restart op and the
+// untimed Settle, the checkpoint write that follows the plugin's list has replaced the
+// checkpoint, and nothing changes the checkpoint from then until the next op starts (a
+// write still in flight when the manager is stopped would land inside the next timed op).
+func CheckRestartSettles(t *testing.T, side Side) {
+	r := newRestartRig(t, side)
+	for op := 0; op < 3; op++ {
+		if op > 0 {
+			r.op(t, nil)
+		}
+		r.m.Settle(t)
+		settled := CheckpointID(t, r.dir)
+		if settled == r.launched {
+			t.Errorf("op %d: the checkpoint was not written after the plugin's list", op)
+		}
+		r.m.Stop()
+		if now := CheckpointID(t, r.dir); now != settled {
+			t.Fatalf("op %d: the checkpoint changed after Settle, while the manager stopped (%+v, then %+v): a write of this op would land in the next", op, settled, now)
+		}
+		r.launched = settled
+	}
+	r.m = r.side.Launch(t, r.dir, r.active)
+	r.check(t)
 }
 
 // restartParts adds up the three parts of restart ops: the manager's start (reading the

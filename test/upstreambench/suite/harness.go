@@ -2,7 +2,9 @@ package suite
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,6 +34,14 @@ type Manager interface {
 	Allocatable() int64
 	// Devices are the device IDs pod's container holds, sorted.
 	Devices(pod *v1.Pod) []string
+	// Updated receives a value after the manager announced a device-health update for pods
+	// (its Updates channel, which the kubelet's pod workers read); values do not queue up:
+	// one stands for any number of updates since the last receive.
+	Updated() <-chan struct{}
+	// Settle returns once the checkpoint write that follows the plugin's first device list
+	// since the manager was launched has reached the disk. Called once that list shows in
+	// Allocatable, it keeps the write out of whatever is timed next.
+	Settle(tb testing.TB)
 	// Stop stops the manager and waits for its goroutines; a second call does nothing.
 	Stop()
 }
@@ -88,16 +98,92 @@ func SeedCheckpoint(tb testing.TB, dir string, d *Checkpoint) {
 	}
 }
 
-// Drain reads a manager's health updates until ctx ends, then closes done: the kubelet's pod
-// workers read them, and a manager may block on an unread channel.
-func Drain[T any](ctx context.Context, updates <-chan T, done chan<- struct{}) {
-	defer close(done)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-updates:
+// Updates reads a manager's health updates until stopped, as the kubelet's pod workers do (a
+// manager may block on an unread channel), and signals each on Signal.
+type Updates struct {
+	signal chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// WatchUpdates starts reading updates.
+func WatchUpdates[T any](updates <-chan T) *Updates {
+	ctx, cancel := context.WithCancel(context.Background())
+	u := &Updates{signal: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(u.done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-updates:
+				select {
+				case u.signal <- struct{}{}:
+				default: // one is pending: it stands for this one too
+				}
+			}
 		}
+	}()
+	return u
+}
+
+// Signal is the channel Manager.Updated returns.
+func (u *Updates) Signal() <-chan struct{} { return u.signal }
+
+// Stop stops reading and waits for the reader; a second call does nothing.
+func (u *Updates) Stop() {
+	u.cancel()
+	<-u.done
+}
+
+// Stopped reports whether Stop was called.
+func (u *Updates) Stopped() bool {
+	select {
+	case <-u.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// FileID tells one file at a path from another: the kubelet replaces its checkpoint with a
+// new file, kdm exchanges it with its spare, so a write changes the inode at the name; the
+// size and modification time tell a write into the same file.
+type FileID struct {
+	Ino   uint64
+	Size  int64
+	Mtime time.Time
+}
+
+// CheckpointID is the identity of dir's checkpoint, the zero FileID when there is none.
+func CheckpointID(tb testing.TB, dir string) FileID {
+	tb.Helper()
+	fi, err := os.Stat(filepath.Join(dir, CheckpointFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return FileID{}
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		tb.Fatalf("%s: no inode number on this system", fi.Name())
+	}
+	return FileID{Ino: st.Ino, Size: fi.Size(), Mtime: fi.ModTime()}
+}
+
+// WaitReplaced waits until dir's checkpoint is no longer the file launched identifies: for a
+// manager that writes the checkpoint exactly once after a plugin's first list and not before
+// (the kubelet's), the Settle of Manager. The file is looked at every 100 µs; after 30 s it
+// fails tb.
+func WaitReplaced(tb testing.TB, dir string, launched FileID) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for CheckpointID(tb, dir) == launched {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the checkpoint in %s was not written within 30s", dir)
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
@@ -148,6 +234,35 @@ func (p *Plugin) Restart() error {
 func WaitAllocatable(tb testing.TB, m Manager, want int64) {
 	SpinUntil(tb, func() bool { return m.Allocatable() == want },
 		func() string { return fmt.Sprintf("allocatable is %d after 30s, want %d", m.Allocatable(), want) })
+}
+
+// WaitUpdated waits until m announces a device-health update after which its allocatable
+// count is want. It does not spin: it blocks on m.Updated and reads the count once per
+// update, so it takes neither manager's lock while the manager works and adds no timer
+// granularity. Both managers announce a list's health changes right after they apply it,
+// before they write the checkpoint. After 30 s without it, it fails tb.
+func WaitUpdated(tb testing.TB, m Manager, want int64) {
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-m.Updated():
+			if m.Allocatable() == want {
+				return
+			}
+		case <-deadline.C:
+			tb.Fatalf("allocatable is %d after 30s of health updates, want %d", m.Allocatable(), want)
+		}
+	}
+}
+
+// ClearUpdated drops a pending Updated value, so that the next WaitUpdated waits for a new
+// update.
+func ClearUpdated(m Manager) {
+	select {
+	case <-m.Updated():
+	default:
+	}
 }
 
 // SpinUntil checks done in a loop, yielding between checks (see WaitYieldEnv), until it
