@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,9 @@ type Event struct {
 	// Pod is namespace/name.
 	Pod     string `json:"pod,omitempty"`
 	Message string `json:"message"`
+	// Deadline is, for a Waiting event, when the pod's admission gives up waiting; the page
+	// counts down to it.
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 // Event kinds.
@@ -151,7 +155,13 @@ func (l *eventLog) podRecorded(r *PodResult) {
 		e.Kind, e.Message = EventAdmitted, "admitted"+devicesSummary(r)
 	case PhasePending:
 		e.Kind, e.Message = EventWaiting, r.Message
-		e.Resource = l.waits[r.UID].Resource
+		if w, ok := l.waits[r.UID]; ok {
+			// The result's message names the deadline in RFC 3339; the event says it in
+			// words, and the page counts down to Deadline.
+			deadline := w.Deadline.UTC()
+			e.Resource, e.Deadline = w.Resource, &deadline
+			e.Message = fmt.Sprintf("container %q waits for the device plugin of %s to register", w.Container, w.Resource)
+		}
 	case PhaseRejected:
 		e.Kind, e.Message = EventRejected, r.Reason+": "+r.Message
 	default:
@@ -184,18 +194,24 @@ func (l *eventLog) conflictsRecordedLocked(r *PodResult) {
 	l.addLocked(e)
 }
 
-// devicesSummary says which devices the pod got, as " with nvidia.com/gpu GPU-1, GPU-2".
+// devicesSummary says how many devices the pod holds, as " with 2 × nvidia.com/gpu": the
+// distinct devices per resource across its containers, since an init container's devices go
+// on to the containers after it.
 func devicesSummary(r *PodResult) string {
-	per := map[string][]string{}
+	per := map[string]map[string]bool{}
 	var order []string
 	for _, c := range r.Containers {
 		for res, ids := range c.Devices() {
-			if _, ok := per[res]; !ok {
+			if per[res] == nil {
+				per[res] = map[string]bool{}
 				order = append(order, res)
 			}
-			per[res] = append(per[res], ids...)
+			for _, id := range ids {
+				per[res][id] = true
+			}
 		}
 	}
+	slices.Sort(order)
 	s := ""
 	for i, res := range order {
 		if i == 0 {

@@ -28,7 +28,10 @@ type PageState struct {
 	// Node is the node name, if the agent has one.
 	Node string `json:"node,omitempty"`
 	// Time is when the state was taken.
-	Time               time.Time      `json:"time"`
+	Time time.Time `json:"time"`
+	// Policy names the device manager's policy in force (devicemanager.Policy.Name): "kdm", a
+	// kubelet version such as "kubelet-1.36", or "custom".
+	Policy             string         `json:"policy"`
 	GracePeriodSeconds float64        `json:"gracePeriodSeconds"`
 	Resources          []PageResource `json:"resources"`
 	Pods               []PagePod      `json:"pods"`
@@ -39,11 +42,14 @@ type PageState struct {
 // PageResource is one device resource: its published capacity and allocatable, its endpoint
 // and its devices.
 type PageResource struct {
-	Name        string       `json:"name"`
-	Capacity    int64        `json:"capacity"`
-	Allocatable int64        `json:"allocatable"`
-	Endpoint    PageEndpoint `json:"endpoint"`
-	Devices     []PageDevice `json:"devices"`
+	Name        string `json:"name"`
+	Capacity    int64  `json:"capacity"`
+	Allocatable int64  `json:"allocatable"`
+	// Free counts the devices a new pod could get now: healthy, held by no container and not
+	// being allocated. It is 0 while the resource's plugin is not running.
+	Free     int64        `json:"free"`
+	Endpoint PageEndpoint `json:"endpoint"`
+	Devices  []PageDevice `json:"devices"`
 }
 
 // PageEndpoint is the state of a resource's device plugin.
@@ -132,8 +138,8 @@ func (a *Agent) PageState() PageState {
 	views := a.manager.Resources()
 	a.events.observe(views, a.gracePeriod())
 	now := a.clock.Now()
-	st := PageState{Node: a.cfg.NodeName, Time: now.UTC(), GracePeriodSeconds: a.gracePeriod().Seconds(),
-		Pods: []PagePod{}, Events: a.events.recent()}
+	st := PageState{Node: a.cfg.NodeName, Time: now.UTC(), Policy: a.cfg.Policy.Name(),
+		GracePeriodSeconds: a.gracePeriod().Seconds(), Pods: []PagePod{}, Events: a.events.recent()}
 
 	a.mu.Lock()
 	names := map[types.UID]string{}
@@ -192,6 +198,9 @@ func (a *Agent) pageResources(views []devicemanager.ResourceView, capacity, allo
 					pod = h.PodUID
 				}
 				pd.Holders = append(pd.Holders, PageHolder{Pod: pod, Container: h.ContainerName})
+			}
+			if v.Endpoint.State == devicemanager.EndpointRunning && d.Health == devicemanager.DeviceHealthy && len(d.Holders) == 0 && !d.Reserved {
+				r.Free++
 			}
 			r.Devices = append(r.Devices, pd)
 		}

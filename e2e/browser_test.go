@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,20 +20,30 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
 )
 
 // pageView is what the status page's DOM shows, read by pageViewJS.
 type pageView struct {
 	Live      string       `json:"live"`
-	State     string       `json:"state"` // the GPU resource card's endpoint state
+	Policy    string       `json:"policy"` // the header's policy line
+	State     string       `json:"state"`  // the GPU resource card's endpoint state
 	Capacity  string       `json:"capacity"`
 	Alloc     string       `json:"alloc"`
+	Free      string       `json:"free"`
 	Countdown string       `json:"countdown"`
 	Devices   []pageDevice `json:"devices"`
 	Compact   int          `json:"compact"` // devices drawn as small squares
 	Pods      []pagePod    `json:"pods"`
-	Events    []string     `json:"events"` // kinds, newest first
+	Events    []string     `json:"events"`   // kinds, newest first
+	Timeline  []pageEvent  `json:"timeline"` // the events as shown, newest first
+}
+
+type pageEvent struct {
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	Text    string `json:"text"`
 }
 
 type pageDevice struct {
@@ -55,12 +66,14 @@ const pageViewJS = `((resource) => {
   const r = [...document.querySelectorAll("[data-resource]")].find((e) => e.dataset.resource === resource);
   return {
     live: live ? live.dataset.state : "",
+    policy: q(document, "#policy"),
     state: r ? r.dataset.state : "",
-    capacity: q(r, ".cap"), alloc: q(r, ".alloc"), countdown: q(r, ".countdown"),
+    capacity: q(r, ".cap"), alloc: q(r, ".alloc"), free: q(r, ".free-count"), countdown: q(r, ".countdown"),
     devices: r ? [...r.querySelectorAll(".dev")].map((d) => ({id: d.dataset.id, health: d.dataset.health, holder: d.dataset.holder})) : [],
     pods: [...document.querySelectorAll(".pod")].map((p) => ({pod: p.dataset.pod, phase: p.dataset.phase, text: p.textContent})),
     compact: r ? r.querySelectorAll(".grid.compact .dev").length : 0,
     events: [...document.querySelectorAll("#events li")].map((li) => li.dataset.kind || ""),
+    timeline: [...document.querySelectorAll("#events li")].map((li) => ({kind: li.dataset.kind || "", subject: q(li, ".subject"), text: q(li, ".ev-text")})),
   };
 })(%s)`
 
@@ -224,6 +237,16 @@ func (v pageView) pod(name string) pagePod {
 	return pagePod{}
 }
 
+// event returns the newest event of kind about subject as shown.
+func (v pageView) event(kind, subject string) (pageEvent, bool) {
+	for _, e := range v.Timeline {
+		if e.Kind == kind && e.Subject == subject {
+			return e, true
+		}
+	}
+	return pageEvent{}, false
+}
+
 func (v pageView) count(kind string) int {
 	n := 0
 	for _, k := range v.Events {
@@ -248,8 +271,10 @@ func countdownSeconds(s string) (int, bool) {
 }
 
 // TestStatusPage loads the live status page in headless Chromium while kdm runs with the mock
-// DGX A100 plugin and two sample pods (and one pod too big for the node): the DOM shows the 8
-// GPUs and the pods' assignments as podresources reports them; when the plugin is SIGKILLed the
+// DGX A100 plugin, two sample pods and a pod whose init and app containers share 2 GPUs (and
+// one pod too big for the node): the DOM shows the 8 GPUs, how many are free, the policy, and
+// the pods' assignments as podresources reports them, the shared pod's event counting 2 GPUs,
+// and no device ID broken inside a part (only after a '-'); when the plugin is SIGKILLed the
 // page shows, within 2 s and without a reload, the endpoint stopped with a ticking grace
 // countdown and allocatable 0; when the plugin comes back it shows the recovery. A page that
 // stops updating fails every step after the first.
@@ -266,17 +291,23 @@ func TestStatusPage(t *testing.T) {
 	n.eventually("8 GPUs", gpus(8))
 	n.copySamplePod("training") // ml/training: 4 GPUs
 	n.copySamplePod("notebook") // research/notebook: 1 GPU
-	n.writePod("oversized", 9)  // more GPUs than the node has: rejected
+	n.placeManifest("shared.yaml", sharedGPUsPod)
+	n.writePod("oversized", 9) // more GPUs than the node has: rejected
 	n.eventually("sample pods admitted, the oversized one rejected", func(st agent.NodeStatus) bool {
-		tr, nb, big := pod(st, "training"), pod(st, "notebook"), pod(st, "oversized")
+		tr, nb, sh, big := pod(st, "training"), pod(st, "notebook"), pod(st, "shared"), pod(st, "oversized")
 		return tr != nil && tr.Phase == agent.PhaseAdmitted && nb != nil && nb.Phase == agent.PhaseAdmitted &&
-			big != nil && big.Phase == agent.PhaseRejected
+			sh != nil && sh.Phase == agent.PhaseAdmitted && big != nil && big.Phase == agent.PhaseRejected
 	})
 	pr := n.podResources()
 	want := map[string][]string{"ml/training": sorted(pr["training"]), "research/notebook": sorted(pr["notebook"])}
 	if len(want["ml/training"]) != 4 || len(want["research/notebook"]) != 1 {
 		t.Fatalf("podresources = %v, want 4 GPUs for training and 1 for notebook", pr)
 	}
+	shared := slices.Compact(sorted(pr["shared"]))
+	if len(shared) != 2 {
+		t.Fatalf("podresources gives the shared pod %v, want 2 GPUs", pr["shared"])
+	}
+	allIDs := slices.Concat(want["ml/training"], want["research/notebook"], shared)
 
 	b.do(chromedp.Navigate("http://" + n.healthAddr + "/"))
 	v, _ := b.waitView("8 GPUs and the pods' assignments", 10*time.Second, func(v pageView) bool {
@@ -284,6 +315,18 @@ func TestStatusPage(t *testing.T) {
 		return v.Live == "live" && v.State == "Running" && v.Capacity == "8" && v.Alloc == "8" && len(v.Devices) == 8 &&
 			slices.Equal(h["ml/training"], want["ml/training"]) && slices.Equal(h["research/notebook"], want["research/notebook"])
 	})
+	// 8 GPUs: 4 for training, 1 for the notebook, and the 2 that the shared pod's init and app
+	// containers hold together.
+	if v.Free != "1" {
+		t.Errorf("the GPU card shows %q free, want 1", v.Free)
+	}
+	if wantPolicy := "policy " + devicemanager.DefaultPolicyName(); v.Policy != wantPolicy {
+		t.Errorf("the header shows %q, want %q", v.Policy, wantPolicy)
+	}
+	if e, ok := v.event(agent.EventAdmitted, "e2e/shared"); !ok || e.Text != "admitted with 2 × nvidia.com/gpu" {
+		t.Errorf("the shared pod's Admitted event reads %q (found: %v), want \"admitted with 2 × nvidia.com/gpu\"", e.Text, ok)
+	}
+	assertIDsUnbroken(t, b, "desktop", allIDs)
 	for _, d := range v.Devices {
 		if d.Health != "Healthy" {
 			t.Errorf("GPU %s shown %s, want Healthy", d.ID, d.Health)
@@ -357,6 +400,91 @@ func TestStatusPage(t *testing.T) {
 	}
 	b.screenshot(shots, "status-page-phone.png")
 	assertNoOverflow(t, b)
+	if v, _ := b.waitView("1 GPU free after the recovery", 5*time.Second, func(v pageView) bool { return v.Free == "1" }); v.Policy == "" {
+		t.Errorf("the phone page does not show the policy")
+	}
+	assertIDsUnbroken(t, b, "phone", allIDs)
+}
+
+// sharedGPUsPod is a pod whose init container and app container ask for 2 GPUs each: the app
+// container gets the init container's GPUs, so the pod holds 2.
+const sharedGPUsPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: shared
+  namespace: e2e
+  uid: 00000000-0000-4000-8000-0000000005a1
+spec:
+  initContainers:
+  - name: setup
+    image: example.com/setup
+    resources:
+      limits:
+        nvidia.com/gpu: 2
+  containers:
+  - name: main
+    image: example.com/app
+    resources:
+      limits:
+        nvidia.com/gpu: 2
+`
+
+// idWrapJS finds each of the IDs %s in the pods' device lists and reports every part of one
+// (what lies between its '-'s, the '-' included) whose characters the page draws on more than
+// one line, and the most lines one container's device list takes. It reads the drawn text, so
+// it holds whatever markup the page uses.
+const idWrapJS = `((ids) => {
+  const out = {parts: 0, lines: 0, broken: []};
+  for (const el of document.querySelectorAll(".pod .ctr .devs")) {
+    const nodes = [];
+    let text = "";
+    const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) { nodes.push([n, text.length]); text += n.data; }
+    const startAt = (i) => { for (let k = nodes.length - 1; k >= 0; k--) if (nodes[k][1] <= i) return [nodes[k][0], i - nodes[k][1]]; };
+    const endAt = (i) => { for (const [n, off] of nodes) if (i <= off + n.data.length) return [n, i - off]; };
+    out.lines = Math.max(out.lines, new Set([...el.getClientRects()].map((r) => Math.round(r.top))).size);
+    for (const id of ids) {
+      for (let i = text.indexOf(id); i >= 0; i = text.indexOf(id, i + 1)) {
+        let at = i;
+        for (const part of id.split(/(?<=-)/)) {
+          const r = document.createRange();
+          r.setStart(...startAt(at));
+          r.setEnd(...endAt(at + part.length));
+          const tops = new Set([...r.getClientRects()].filter((x) => x.width > 0).map((x) => Math.round(x.top)));
+          out.parts++;
+          if (tops.size > 1) out.broken.push(part + " of " + id);
+          at += part.length;
+        }
+      }
+    }
+  }
+  return out;
+})(%s)`
+
+// assertIDsUnbroken fails when a pod card draws a part of a device ID on two lines; some
+// device list must take several lines, or the check would prove nothing.
+func assertIDsUnbroken(t *testing.T, b *browser, where string, ids []string) {
+	t.Helper()
+	quoted, err := json.Marshal(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[struct {
+		Parts  int      `json:"parts"`
+		Lines  int      `json:"lines"`
+		Broken []string `json:"broken"`
+	}](fmt.Sprintf(idWrapJS, quoted)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Parts == 0 || got.Lines < 2 {
+		t.Fatalf("on the %s no pod card lists the IDs %v over several lines (%d parts found, at most %d lines)", where, ids, got.Parts, got.Lines)
+	}
+	if len(got.Broken) > 0 {
+		t.Errorf("on the %s pod cards break device IDs inside a part: %q", where, got.Broken)
+	}
 }
 
 // assertNoOverflow fails when the page is wider than the viewport (readable on a phone means
@@ -587,5 +715,159 @@ func TestStatusPageHostileNames(t *testing.T) {
 			t.Errorf("on the %s the 10 KB name overflows: page %d px wide in a %d px viewport; elements past their column: %q",
 				vp.name, v.Scroll, v.Width, v.Overflow)
 		}
+	}
+}
+
+// layoutView is what TestStatusPageLayout reads: the page's height and, per resource card,
+// its height and its device drawing's.
+type layoutView struct {
+	Scroll int                  `json:"scroll"` // the page's scroll height
+	Width  int                  `json:"width"`  // its scroll width
+	Cards  map[string]cardSizes `json:"cards"`
+}
+
+type cardSizes struct {
+	Devices int     `json:"devices"` // tiles drawn
+	Card    float64 `json:"card"`    // the card's height, px
+	Drawing float64 `json:"drawing"` // its devices' drawing's height, px
+}
+
+const layoutViewJS = `(() => {
+  const cards = {};
+  for (const r of document.querySelectorAll(".resource")) {
+    const d = r.querySelector(".devices");
+    cards[r.dataset.resource] = {devices: r.querySelectorAll(".dev").length, card: r.getBoundingClientRect().height,
+      drawing: d ? d.getBoundingClientRect().height : 0};
+  }
+  return {scroll: document.documentElement.scrollHeight, width: document.documentElement.scrollWidth, cards};
+})()`
+
+// phonePageLimit bounds the phone page of a node with a 200-device and a 64-device resource,
+// one pod and a few events (it was 6,143 px when up to 64 devices got large tiles). Each
+// resource card is its heading, numbers, socket line and legend (about 200 px on a phone)
+// and a device drawing of at most 240 + 20·log2(n) px while the devices fit it (360 px for
+// 64, 393 px for 200, the smallest squares being 14 px: see app.js); the pods and the events
+// take a few hundred more. 2,000 px is under two and a half screens of an 844 px phone.
+const phonePageLimit = 2000
+
+// TestStatusPageLayout: the drawing of a resource's devices grows with their number and stays
+// compact on a phone. A node with 200 and 64 devices and a waiting pod makes a phone page
+// under phonePageLimit in which the 64-device card is shorter than the 200-device card; with
+// more resources of 1 to 1,000 devices, on a phone and on a desktop, a resource's card is
+// never taller than that of a resource with more devices. The waiting pod's event counts down
+// in words, as its card does, instead of showing its deadline in RFC 3339.
+func TestStatusPageLayout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives headless Chromium; run by make test")
+	}
+	b := newBrowser(t, 1280, 900, 150*time.Second)
+	phone := chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile, chromedp.EmulateTouch)
+	b.do(phone)
+	n := newNode(t)
+	// Written before kdm starts: under the kdm policy its admission waits for a plugin that
+	// never comes.
+	n.writeResourcePod("early", "example.com/later", 1)
+	n.startKdm("--policy", devicemanager.KDMPolicyName)
+	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	name := func(count int) string { return fmt.Sprintf("example.com/dev%04d", count) }
+	plugin := func(count int) {
+		var devs []*pluginapi.Device
+		for i := range count {
+			devs = append(devs, &pluginapi.Device{ID: fmt.Sprintf("DEV-%04d-%04d", count, i), Health: pluginapi.Healthy})
+		}
+		p, err := deviceplugin.New(deviceplugin.Config{ResourceName: name(count), PluginDir: n.pluginDir, Devices: devs,
+			Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Start(ctx); err != nil {
+			t.Fatalf("starting the plugin of %s: %v", name(count), err)
+		}
+		t.Cleanup(p.Stop)
+		n.eventually(name(count)+"'s devices", func(st agent.NodeStatus) bool { return st.Allocatable[name(count)] == int64(count) })
+	}
+	read := func(what string, counts []int) layoutView {
+		t.Helper()
+		start := time.Now()
+		var last layoutView
+		for time.Since(start) < 15*time.Second {
+			rctx, rcancel := context.WithTimeout(b.ctx, 5*time.Second)
+			v, err := chromedp.Run(rctx, chromedp.Evaluate[layoutView](layoutViewJS))
+			rcancel()
+			if err == nil {
+				drawn := len(v.Cards) == len(counts)
+				for _, c := range counts {
+					drawn = drawn && v.Cards[name(c)].Devices == c
+				}
+				// Two equal reads in a row: the page has drawn and laid out this state.
+				if drawn && reflect.DeepEqual(v, last) {
+					return v
+				}
+				last = v
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("the page did not draw %s within 15s; last view: %+v", what, last)
+		return last
+	}
+
+	plugin(200)
+	plugin(64)
+	b.do(chromedp.Navigate("http://" + n.healthAddr + "/"))
+	v := read("the 200 and 64 devices", []int{64, 200})
+	pv, _ := b.waitView("the waiting pod's event", 10*time.Second, func(v pageView) bool {
+		_, ok := v.event(agent.EventWaiting, "e2e/early")
+		return ok
+	})
+	e, _ := pv.event(agent.EventWaiting, "e2e/early")
+	if !regexp.MustCompile(`waits for the device plugin of example\.com/later to register; gives up in \d+:\d\d \(at \d\d:\d\d:\d\d\)$`).MatchString(e.Text) ||
+		regexp.MustCompile(`\d{4}-\d\d-\d\dT`).MatchString(e.Text) {
+		t.Errorf("the waiting pod's event reads %q, want a countdown and a local time, no RFC 3339 deadline", e.Text)
+	}
+	b.screenshot(n.base, "status-page-phone-264-devices.png")
+	small, large := v.Cards[name(64)], v.Cards[name(200)]
+	t.Logf("phone: page %d px; 64 devices: card %.0f px, drawing %.0f px; 200 devices: card %.0f px, drawing %.0f px",
+		v.Scroll, small.Card, small.Drawing, large.Card, large.Drawing)
+	if v.Scroll > phonePageLimit {
+		t.Errorf("on a phone the page of a node with 200 and 64 devices is %d px tall, want at most %d", v.Scroll, phonePageLimit)
+	}
+	if small.Card >= large.Card || small.Drawing >= large.Drawing {
+		t.Errorf("on a phone the 64-device card (%.0f px, drawing %.0f px) is not shorter than the 200-device card (%.0f px, drawing %.0f px)",
+			small.Card, small.Drawing, large.Card, large.Drawing)
+	}
+	if v.Width > 390 {
+		t.Errorf("on a phone the page is %d px wide: it scrolls sideways", v.Width)
+	}
+
+	// Every count around the switches between labelled tiles and squares of each size.
+	counts := []int{1, 2, 8, 9, 16, 24, 33, 40, 48, 100, 500, 1000}
+	for _, c := range counts {
+		plugin(c)
+	}
+	counts = append(counts, 64, 200)
+	slices.Sort(counts)
+	for _, vp := range []struct {
+		name string
+		emu  chromedp.Action[chromedp.Void]
+	}{{"phone", phone}, {"desktop", chromedp.EmulateViewport(1280, 900)}} {
+		b.do(vp.emu)
+		v := read("every resource on the "+vp.name, counts)
+		// The cards differ only in their devices: names, sockets and numbers are as long
+		// (numbers with more digits only for more devices).
+		var line []string
+		for i, c := range counts {
+			got := v.Cards[name(c)]
+			line = append(line, fmt.Sprintf("%d: %.0f (%.0f)", c, got.Card, got.Drawing))
+			if i == 0 {
+				continue
+			}
+			if prev := v.Cards[name(counts[i-1])]; got.Card < prev.Card {
+				t.Errorf("on the %s the card of %d devices is %.0f px tall, shorter than that of %d devices (%.0f px)",
+					vp.name, c, got.Card, counts[i-1], prev.Card)
+			}
+		}
+		t.Logf("%s: card heights (and their device drawings') by device count, px: %s", vp.name, strings.Join(line, ", "))
 	}
 }

@@ -3,7 +3,15 @@
 "use strict";
 
 (function () {
-  const COMPACT_ABOVE = 64;     // more devices than this: small squares, details on tap
+  // A resource's devices are drawn as labelled tiles while those fit in its height budget,
+  // and otherwise as the largest squares (details on tap) that fit, between SQUARE_MIN and
+  // SQUARE_MAX px; past that, SQUARE_MIN squares take the height they need. A drawing in
+  // squares is given the whole budget as its minimum height, and the budget grows with the
+  // device count, so more devices never make a shorter drawing: with n devices, labelled tiles
+  // take at most budget(n), squares at least budget(n).
+  const BUDGET_PX = 240;        // budget(1)
+  const BUDGET_PER_DOUBLING = 20;
+  const SQUARE_MIN = 14, SQUARE_MAX = 64;
   const STALE_AFTER_MS = 3500;  // the server pushes at least every second
   const EVENTS_SHOWN = 50;      // the newest events; /api/state has them all
   const IDS_SHOWN = 12;         // device IDs listed per container and resource; the rest on hover
@@ -53,6 +61,11 @@
     return `<span class="countdown" data-until="${lastAt + ms}">${mmss(ms)}</span>`;
   }
   function holderText(h) { return `${h.pod} · ${h.container}`; }
+  // idHTML shows a device ID that a line may break only after a '-' (GPU-…-…), never inside a
+  // part: one part longer than a whole line is the only exception.
+  function idHTML(id) {
+    return `<span class="id">${visible(id).split(/(?<=-)/).map(esc).join("<wbr>")}</span>`;
+  }
   function setHTML(id, html) {
     if (shown[id] === html) return false;
     shown[id] = html;
@@ -64,7 +77,9 @@
     if (st.resources.length === 0) {
       return setHTML("resources", `<p class="empty">No device plugin has registered.</p>`);
     }
-    return setHTML("resources", st.resources.map(renderResource).join(""));
+    const changed = setHTML("resources", st.resources.map(renderResource).join(""));
+    if (changed) layoutDevices();
+    return changed;
   }
 
   function renderResource(r) {
@@ -87,6 +102,7 @@
     html += `<div class="res-head"><h3>${txt(r.name)}</h3>${badge(state)}<span class="ep-detail">${detail}</span></div>`;
     html += `<div class="numbers"><div><b class="cap">${r.capacity}</b>capacity</div>` +
       `<div><b class="alloc">${r.allocatable}</b>allocatable</div>` +
+      `<div><b class="free-count">${r.free}</b>free</div>` +
       `<div><b class="held-count">${held}</b>assigned</div>` +
       `<div><b class="bad-count">${unhealthy}</b>not healthy</div></div>`;
     if (ep.socket) html += `<div class="socket">socket ${txt(ep.socket)}</div>`;
@@ -99,9 +115,8 @@
     return html + `</article>`;
   }
 
-  // Devices grouped by NUMA node (when the plugin reports topology), as tiles.
+  // Devices grouped by NUMA node (when the plugin reports topology); layoutDevices sizes them.
   function renderDevices(resource, devs) {
-    const compact = devs.length > COMPACT_ABOVE;
     const groups = new Map();
     for (const d of devs) {
       const key = d.numa && d.numa.length ? "NUMA " + d.numa.join(", ") : "";
@@ -109,12 +124,44 @@
       groups.get(key).push(d);
     }
     const keys = [...groups.keys()].sort();
-    return keys.map((key) => {
+    // One NUMA node's label is shown on squares only: labelled tiles name their node.
+    const single = keys.length === 1 ? " single" : "";
+    return `<div class="devices" data-n="${devs.length}">` + keys.map((key) => {
       const list = groups.get(key);
-      const label = key && (keys.length > 1 || compact) ? `<div class="numa-label">${esc(key)} · ${list.length}</div>` : "";
-      return `<div class="numa">${label}<div class="grid${compact ? " compact" : ""}">` +
+      const label = key ? `<div class="numa-label${single}">${esc(key)} · ${list.length}</div>` : "";
+      return `<div class="numa">${label}<div class="grid">` +
         list.map((d) => renderDevice(resource, d)).join("") + `</div></div>`;
-    }).join("");
+    }).join("") + `</div>`;
+  }
+
+  function budget(n) { return BUDGET_PX + BUDGET_PER_DOUBLING * Math.log2(Math.max(1, n)); }
+
+  // layoutDevices picks, for each resource's devices, labelled tiles or the size of their
+  // squares, from the width the card has and the number of devices (see BUDGET_PX).
+  function layoutDevices() {
+    document.querySelectorAll(".devices").forEach(layoutArea);
+  }
+
+  function layoutArea(area) {
+    const limit = budget(Number(area.dataset.n));
+    const grids = area.querySelectorAll(".grid");
+    const squares = (on) => grids.forEach((g) => g.classList.toggle("compact", on));
+    const height = () => area.getBoundingClientRect().height;
+    area.style.minHeight = "";
+    area.style.removeProperty("--sq");
+    squares(false);
+    if (height() <= limit) return;
+    squares(true);
+    const fits = (px) => { area.style.setProperty("--sq", px + "px"); return height() <= limit; };
+    let lo = SQUARE_MIN, hi = SQUARE_MAX;
+    if (fits(lo)) { // the largest size that fits, by bisection: taller squares, taller drawing
+      while (lo < hi) {
+        const mid = Math.ceil((lo + hi) / 2);
+        if (fits(mid)) lo = mid; else hi = mid - 1;
+      }
+    }
+    area.style.setProperty("--sq", lo + "px");
+    area.style.minHeight = limit + "px";
   }
 
   function renderDevice(resource, d) {
@@ -147,9 +194,9 @@
       for (const c of p.containers || []) {
         const kind = c.sidecar ? " (sidecar)" : c.init ? " (init)" : "";
         const devs = Object.keys(c.devices || {}).sort().map((res) => {
-          const ids = c.devices[res].map(visible);
+          const ids = c.devices[res];
           const more = ids.length > IDS_SHOWN ? ` … (${ids.length} in all)` : "";
-          return `<span title="${esc(ids.join(", "))}">${txt(res)}: ${esc(ids.slice(0, IDS_SHOWN).join(", "))}${more}</span>`;
+          return `<span title="${esc(ids.map(visible).join(", "))}">${txt(res)}: ${ids.slice(0, IDS_SHOWN).map(idHTML).join(", ")}${more}</span>`;
         }).join("; ");
         const sick = (c.unhealthy || []).map(visible);
         const health = sick.length ? ` <span class="sick" title="${esc(sick.join(", "))}">${sick.length} unhealthy</span>` : "";
@@ -179,9 +226,12 @@
       ? `<li class="empty">${st.events.length - EVENTS_SHOWN} older events in <a href="/api/state">/api/state</a></li>` : "";
     return setHTML("events", st.events.slice(0, EVENTS_SHOWN).map((e) => {
       const subject = e.pod || e.resource || "";
+      // A wait counts down as the pod's card does, from the state's own time.
+      const wait = e.deadline
+        ? `; gives up in ${countdown(Date.parse(e.deadline) - Date.parse(st.time))} (at ${esc(clock(e.deadline))})` : "";
       return `<li data-kind="${esc(e.kind)}"><time datetime="${esc(e.time)}">${esc(clock(e.time))}</time>` +
         `<span>${badge(e.kind)} <span class="subject" title="${txt(subject)}">${txt(subject)}</span></span>` +
-        `<span class="ev-text">${txt(e.message)}</span></li>`;
+        `<span class="ev-text">${txt(e.message)}${wait}</span></li>`;
     }).join("") + more);
   }
 
@@ -200,6 +250,7 @@
   function render(st) {
     current = st;
     $("node").textContent = visible(st.node || "");
+    $("policy").textContent = st.policy ? "policy " + visible(st.policy) : "";
     document.title = `kdm${st.node ? " · " + visible(st.node) : ""} · node status`;
     renderResources(st);
     renderPods(st);
@@ -272,6 +323,11 @@
     }
   });
 
+  let relayout = 0;
+  window.addEventListener("resize", () => {
+    cancelAnimationFrame(relayout);
+    relayout = requestAnimationFrame(layoutDevices);
+  });
   setInterval(tick, 250);
   connect();
 })();
