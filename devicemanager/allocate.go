@@ -194,14 +194,7 @@ func (m *Manager) collectInactivePods() bool {
 	if src.ActivePods != nil {
 		pods = src.ActivePods()
 	}
-	m.gc.Lock()
-	active := m.gc.active
-	if active == nil || len(pods) < len(active)/4 {
-		// The first collection, or far fewer pods than the set was last grown for.
-		active = make(sets.Set[string], len(pods))
-		m.gc.active = active
-	}
-	clear(active) // keeps the set's memory: collecting allocates nothing in the steady state
+	active := make(sets.Set[string], len(pods))
 	for _, p := range pods {
 		active.Insert(string(p.UID))
 	}
@@ -209,7 +202,6 @@ func (m *Manager) collectInactivePods() bool {
 	removed := m.st.RemoveInactive(active)
 	m.notifySettledLocked()
 	m.mu.Unlock()
-	m.gc.Unlock()
 	if len(removed) == 0 {
 		return false
 	}

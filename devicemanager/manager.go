@@ -57,8 +57,18 @@ type endpointInfo struct {
 // The package documentation groups its methods by the caller that needs them.
 //
 // All exported methods are safe for concurrent use. One mutex (mu) guards every piece of
-// device and assignment state; no RPC is made while it is held. Checkpoint writes are
-// serialised by writeMu and always write a snapshot taken after the change that triggered them.
+// device and assignment state; no RPC and no disk write is made while it is held. Checkpoint
+// writes are serialised by writeMu and always write a snapshot taken after the change that
+// triggered them.
+//
+// Lock order: a goroutine that holds one of the manager's mutexes takes only those after it
+// in this list, never one before it:
+//
+//  1. life: the lifecycle fields (started, stopped, runCtx); held by connect across the swap
+//     of an endpoint, so that Stop cannot miss it;
+//  2. writeMu: checkpoint writes; held across the snapshot and the write;
+//  3. views.mu: the view cache of Resources (viewcache.go); held while views are built;
+//  4. mu: the device and assignment state; held only for in-memory work.
 type Manager struct {
 	cfg        Config
 	log        klog.Logger
@@ -87,14 +97,6 @@ type Manager struct {
 	// replacedLists holds the last device list each kept replaced instance sent while
 	// replaced, for its promotion under Policy.PromoteLiveInstance. Guarded by mu.
 	replacedLists map[*endpoint.Endpoint][]*pluginapi.Device
-
-	// gc serialises garbage collection and keeps the set of active pod UIDs it builds, so
-	// that a collection on a node with many pods reuses the set's memory (see
-	// collectInactivePods).
-	gc struct {
-		sync.Mutex
-		active sets.Set[string]
-	}
 
 	// views keeps the device views Resources built, between calls (viewcache.go). Its
 	// mutex is taken before mu.
