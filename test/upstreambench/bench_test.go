@@ -51,8 +51,12 @@ func BenchmarkCheckpointWriteChurn(b *testing.B) {
 // write the checkpoint on the stream before taking the next update, so in a run of ops each
 // op pays for one write even where the count changes before the write; kdm's policy
 // coalesces that write in the background.
+//
+// The large plugins run under the kubelet policy only.
 func BenchmarkListAndWatchUpdate(b *testing.B) {
-	suite.ListAndWatchUpdate(b, append(sides(), kdmSide("kdm,policy=kdm", kdm.KDMPolicy())))
+	suite.ListAndWatchUpdate(b, append(sides(), kdmSide("kdm,policy=kdm", kdm.KDMPolicy())), sides())
 }
+
+func BenchmarkAllocateBeside(b *testing.B) { suite.AllocateBeside(b, sides()) }
 
 func BenchmarkRestart(b *testing.B) { suite.Restart(b, sides()) }

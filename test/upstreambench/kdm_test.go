@@ -45,9 +45,11 @@ func (k *kdmManager) Allocate(pod *v1.Pod) error {
 	return k.m.Allocate(context.Background(), pod, &pod.Spec.Containers[0])
 }
 
-func (k *kdmManager) Allocatable() int64 {
+func (k *kdmManager) Allocatable() int64 { return k.AllocatableOf(suite.ResourceName) }
+
+func (k *kdmManager) AllocatableOf(resource string) int64 {
 	_, alloc, _ := k.m.GetCapacity()
-	q := alloc[suite.ResourceName]
+	q := alloc[v1.ResourceName(resource)]
 	return q.Value()
 }
 
@@ -59,7 +61,7 @@ func (k *kdmManager) Updated() <-chan struct{} { return k.updates.Signal() }
 
 // Settle waits for every write whose change shows in GetCapacity: under the kubelet policy
 // the write that follows a list is one (the kdm policy's queued writes are not).
-func (k *kdmManager) Settle(testing.TB) { k.m.WaitForCheckpointWrites() }
+func (k *kdmManager) Settle(testing.TB, suite.FileID) { k.m.WaitForCheckpointWrites() }
 
 func (k *kdmManager) Stop() {
 	if k.updates.Stopped() {

@@ -14,6 +14,9 @@ import (
 // TestMain silences the kubelet's global klog output and registers the kubelet's metrics,
 // which a running kubelet always has, as the parent module does.
 func TestMain(m *testing.M) {
+	if suite.RunPluginProcess() { // this binary was started as a plugin (suite.PluginProcess)
+		return
+	}
 	klog.SetLogger(logr.Discard())
 	kubeletmetrics.Register()
 	os.Exit(m.Run())
@@ -42,7 +45,9 @@ func BenchmarkCheckpointWriteChurn(b *testing.B) {
 	b.Run(suite.CheckpointCase, func(b *testing.B) { b.Run(kubeletSide.Name, suite.KubeletCheckpointWriteChurn) })
 }
 
-func BenchmarkListAndWatchUpdate(b *testing.B) { suite.ListAndWatchUpdate(b, sides) }
+func BenchmarkListAndWatchUpdate(b *testing.B) { suite.ListAndWatchUpdate(b, sides, sides) }
+
+func BenchmarkAllocateBeside(b *testing.B) { suite.AllocateBeside(b, sides) }
 
 func BenchmarkRestart(b *testing.B) { suite.Restart(b, sides) }
 

@@ -22,10 +22,7 @@ var kubeletSide = suite.Side{Name: "kubelet-1.36", Kubelet: true, Launch: startK
 type kubeletManager struct {
 	m       *kubeletdm.ManagerImpl
 	updates *suite.Updates
-	// dir and launched are the plugin directory and its checkpoint when the manager
-	// started, for Settle.
-	dir      string
-	launched suite.FileID
+	dir     string // the plugin directory, for Settle
 }
 
 // noAffinity is a topology manager store without a NUMA preference. The kubelet's device
@@ -42,7 +39,6 @@ func (noAffinity) Name() string                      { return "none" }
 // (Start with the pod source, no containers known to the runtime).
 func startKubelet(tb testing.TB, dir string, pods *suite.PodList) suite.Manager {
 	tb.Helper()
-	launched := suite.CheckpointID(tb, dir)
 	m, err := NewKubeletManager(logr.Discard(), filepath.Join(dir, suite.KubeletSocketName), nil, noAffinity{})
 	if err != nil {
 		tb.Fatalf("kubelet device manager: %v", err)
@@ -51,16 +47,18 @@ func startKubelet(tb testing.TB, dir string, pods *suite.PodList) suite.Manager 
 		tb.Fatalf("starting the kubelet device manager: %v", err)
 	}
 	// The kubelet's pod workers read health updates.
-	return &kubeletManager{m: m, updates: suite.WatchUpdates(m.Updates()), dir: dir, launched: launched}
+	return &kubeletManager{m: m, updates: suite.WatchUpdates(m.Updates()), dir: dir}
 }
 
 func (k *kubeletManager) Allocate(pod *v1.Pod) error {
 	return k.m.Allocate(pod, &pod.Spec.Containers[0])
 }
 
-func (k *kubeletManager) Allocatable() int64 {
+func (k *kubeletManager) Allocatable() int64 { return k.AllocatableOf(suite.ResourceName) }
+
+func (k *kubeletManager) AllocatableOf(resource string) int64 {
 	_, alloc, _ := k.m.GetCapacity()
-	q := alloc[suite.ResourceName]
+	q := alloc[v1.ResourceName(resource)]
 	return q.Value()
 }
 
@@ -76,10 +74,12 @@ func (k *kubeletManager) Devices(pod *v1.Pod) []string {
 
 func (k *kubeletManager) Updated() <-chan struct{} { return k.updates.Signal() }
 
-// Settle waits for the checkpoint to be replaced since the manager started: the kubelet writes
-// it after every device list, on the plugin's stream and after the list shows in
-// GetCapacity, and nowhere else before an Allocate; its Stop does not wait for that write.
-func (k *kubeletManager) Settle(tb testing.TB) { suite.WaitReplaced(tb, k.dir, k.launched) }
+// Settle waits for the checkpoint to be replaced since before: the kubelet writes it after
+// every device list, on the plugin's stream once the list shows in GetCapacity; its Stop does
+// not wait for that write.
+func (k *kubeletManager) Settle(tb testing.TB, before suite.FileID) {
+	suite.WaitReplaced(tb, k.dir, before)
+}
 
 func (k *kubeletManager) Stop() {
 	if k.updates.Stopped() {

@@ -75,8 +75,10 @@ func allocateOps(b *testing.B, side Side, k int, order string) {
 		admitted = append(admitted, p)
 	}
 	m := side.Start(b, dir, pods)
+	before := CheckpointID(b, dir)
 	StartPlugin(b, dir, DeviceList(k+1))
 	WaitAllocatable(b, m, int64(k+1))
+	m.Settle(b, before)
 	random := rand.New(rand.NewPCG(uint64(k), 0x5eed))
 
 	next := k
@@ -108,22 +110,36 @@ func allocateOps(b *testing.B, side Side, k int, order string) {
 // ListAndWatchUpdate measures one device-list update: the plugin sends its 1000 devices over
 // ListAndWatch with the health of a device that a pod holds flipped, and an op ends when the
 // manager has announced the pod's health update and its allocatable count shows the change
-// (WaitUpdated: no spinning, the same wait for every side).
-func ListAndWatchUpdate(b *testing.B, sides []Side) {
+// (WaitUpdated: no spinning, the same wait for every side). largeSides also run it with the
+// largest plugin the kubelet accepts (KubeletMaxDevices) and, but for the kubelet, with
+// LargeDevices, the plugin then in a process of its own (listAndWatchLargeOps).
+func ListAndWatchUpdate(b *testing.B, sides, largeSides []Side) {
 	const n = 1000
 	b.Run("devices=1000", func(b *testing.B) {
 		for _, side := range sides {
 			b.Run(side.Name, func(b *testing.B) { listAndWatchOps(b, side, n) })
 		}
 	})
+	for _, n := range largeSizes() {
+		b.Run(fmt.Sprintf("devices=%d", n), func(b *testing.B) {
+			for _, side := range largeSides {
+				b.Run(side.Name, func(b *testing.B) {
+					skipOverKubeletLimit(b, side, n)
+					listAndWatchLargeOps(b, side, n)
+				})
+			}
+		})
+	}
 }
 
 func listAndWatchOps(b *testing.B, side Side, n int) {
 	dir := ShortDir(b)
 	pods := NewPodList()
 	m := side.Start(b, dir, pods)
+	before := CheckpointID(b, dir)
 	p := StartPlugin(b, dir, DeviceList(n))
 	WaitAllocatable(b, m, int64(n))
+	m.Settle(b, before)
 	held := allocateHolder(b, m, pods)
 	// Two lists, each with the held device in the other state, built once.
 	healthy, flipped := DeviceList(n), DeviceList(n)
@@ -222,6 +238,7 @@ func newRestartRig(tb testing.TB, side Side) *restartRig {
 	r.launched = CheckpointID(tb, r.dir)
 	r.m = side.Launch(tb, r.dir, r.active)
 	tb.Cleanup(func() { r.m.Stop() })
+	r.launched = CheckpointID(tb, r.dir)
 	r.p = StartPlugin(tb, r.dir, DeviceList(RestartPods*RestartPerPod))
 	WaitAllocatable(tb, r.m, RestartPods*RestartPerPod)
 	return r
@@ -230,7 +247,7 @@ func newRestartRig(tb testing.TB, side Side) *restartRig {
 // settleAndStop waits for the current manager's post-list write and stops it, and notes the
 // checkpoint the next manager starts from.
 func (r *restartRig) settleAndStop(tb testing.TB) {
-	r.m.Settle(tb)
+	r.m.Settle(tb, r.launched)
 	r.m.Stop()
 	r.launched = CheckpointID(tb, r.dir)
 }
@@ -268,7 +285,7 @@ func CheckRestartSettles(t *testing.T, side Side) {
 		if op > 0 {
 			r.op(t, nil)
 		}
-		r.m.Settle(t)
+		r.m.Settle(t, r.launched)
 		settled := CheckpointID(t, r.dir)
 		if settled == r.launched {
 			t.Errorf("op %d: the checkpoint was not written after the plugin's list", op)

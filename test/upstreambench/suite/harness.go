@@ -38,10 +38,13 @@ type Manager interface {
 	// (its Updates channel, which the kubelet's pod workers read); values do not queue up:
 	// one stands for any number of updates since the last receive.
 	Updated() <-chan struct{}
-	// Settle returns once the checkpoint write that follows the plugin's first device list
-	// since the manager was launched has reached the disk. Called once that list shows in
-	// Allocatable, it keeps the write out of whatever is timed next.
-	Settle(tb testing.TB)
+	// AllocatableOf is resource's allocatable count.
+	AllocatableOf(resource string) int64
+	// Settle returns once the checkpoint write that follows the device list last received
+	// has reached the disk, where before is the checkpoint's identity from before that list
+	// was sent. Called once the list shows in Allocatable, it keeps the write out of whatever
+	// is timed next.
+	Settle(tb testing.TB, before FileID)
 	// Stop stops the manager and waits for its goroutines; a second call does nothing.
 	Stop()
 }
@@ -172,14 +175,13 @@ func CheckpointID(tb testing.TB, dir string) FileID {
 	return FileID{Ino: st.Ino, Size: fi.Size(), Mtime: fi.ModTime()}
 }
 
-// WaitReplaced waits until dir's checkpoint is no longer the file launched identifies: for a
-// manager that writes the checkpoint exactly once after a plugin's first list and not before
-// (the kubelet's), the Settle of Manager. The file is looked at every 100 µs; after 30 s it
-// fails tb.
-func WaitReplaced(tb testing.TB, dir string, launched FileID) {
+// WaitReplaced waits until dir's checkpoint is no longer the file before identifies: for a
+// manager that writes the checkpoint after every device list (the kubelet's), the Settle of
+// Manager. The file is looked at every 100 µs; after 30 s it fails tb.
+func WaitReplaced(tb testing.TB, dir string, before FileID) {
 	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for CheckpointID(tb, dir) == launched {
+	for CheckpointID(tb, dir) == before {
 		if time.Now().After(deadline) {
 			tb.Fatalf("the checkpoint in %s was not written within 30s", dir)
 		}
