@@ -267,9 +267,9 @@ func (a *Agent) watchDevices(ctx context.Context) error {
 }
 
 // pageHandlers registers the status page on mux: / (the page), /ui/ (its assets),
-// /api/state (PageState as JSON) and /api/stream (PageState as server-sent events). Streams
-// end when ctx ends.
-func (a *Agent) pageHandlers(ctx context.Context, mux *http.ServeMux) error {
+// /api/state (PageState as JSON) and /api/stream (PageState as server-sent events, from
+// streams, whose run the caller owns).
+func (a *Agent) pageHandlers(mux *http.ServeMux, streams *stateStreams) error {
 	assets, err := fs.Sub(pageFiles, "page")
 	if err != nil {
 		return fmt.Errorf("status page assets: %w", err)
@@ -291,7 +291,7 @@ func (a *Agent) pageHandlers(ctx context.Context, mux *http.ServeMux) error {
 		pageHeaders(w, "application/json")
 		_ = json.NewEncoder(w).Encode(a.PageState())
 	})
-	mux.HandleFunc("GET /api/stream", func(w http.ResponseWriter, r *http.Request) { a.streamState(ctx, w, r) })
+	mux.HandleFunc("GET /api/stream", streams.serve)
 	return nil
 }
 
@@ -304,59 +304,4 @@ func pageHeaders(w http.ResponseWriter, contentType string) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
-}
-
-// Stream pacing: a state is sent at every change, at most every streamMinGap, and at least
-// every streamTick (the page's heartbeat and the countdowns' resync).
-const (
-	streamMinGap     = 100 * time.Millisecond
-	streamTick       = time.Second
-	streamWriteLimit = 10 * time.Second
-)
-
-// streamState sends PageState as server-sent events ("state") until the client goes, a write
-// fails or stalls past streamWriteLimit, or ctx (the agent's) ends.
-func (a *Agent) streamState(ctx context.Context, w http.ResponseWriter, r *http.Request) {
-	rc := http.NewResponseController(w)
-	pageHeaders(w, "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	for {
-		devices, events := a.manager.DeviceChanges(), a.events.changes()
-		data, err := json.Marshal(a.PageState())
-		if err != nil {
-			a.log.Error(err, "Failed to encode the status page state")
-			return
-		}
-		// A network deadline: it follows the wall clock whatever the agent's clock is.
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteLimit))
-		if _, err := fmt.Fprintf(w, "event: state\ndata: %s\n\n", data); err != nil {
-			return
-		}
-		if err := rc.Flush(); err != nil {
-			return
-		}
-		tick := a.clock.NewTimer(streamTick)
-		select {
-		case <-ctx.Done():
-			tick.Stop()
-			return
-		case <-r.Context().Done():
-			tick.Stop()
-			return
-		case <-devices:
-		case <-events:
-		case <-tick.C():
-		}
-		tick.Stop()
-		gap := a.clock.NewTimer(streamMinGap)
-		select { // coalesce a burst of changes
-		case <-ctx.Done():
-			gap.Stop()
-			return
-		case <-r.Context().Done():
-			gap.Stop()
-			return
-		case <-gap.C():
-		}
-	}
 }

@@ -22,12 +22,18 @@ import (
 func pageServer(t *testing.T, a *Agent) *httptest.Server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	streams := newStateStreams(a, HTTPMaxStreams, HTTPWriteTimeout)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		streams.run(ctx)
+	}()
 	mux := http.NewServeMux()
-	if err := a.pageHandlers(ctx, mux); err != nil {
+	if err := a.pageHandlers(mux, streams); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { cancel(); srv.Close() })
+	t.Cleanup(func() { cancel(); <-ran; srv.Close() })
 	return srv
 }
 
