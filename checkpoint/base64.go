@@ -23,6 +23,9 @@ var base64Pairs = sync.OnceValue(func() *[4096]uint16 {
 // appendBase64 appends the standard base64 encoding of src (with padding) to dst. Six input
 // bytes at a time become eight characters, four table loads and one store.
 func appendBase64(dst, src []byte) []byte {
+	if !fastPath(offBase64) {
+		return base64.StdEncoding.AppendEncode(dst, src)
+	}
 	n := len(src) / 3 * 3
 	out := len(dst)
 	dst = slices.Grow(dst, n/3*4)[:out+n/3*4]
@@ -68,7 +71,7 @@ const badBase64 = 1 << 31
 // be) and any input that is not a whole number of quanta. dst must have room for
 // DecodedLen(len(src)) bytes.
 func decodeBase64(dst, src []byte) (int, error) {
-	if len(src)%4 != 0 || len(src) == 0 {
+	if len(src)%4 != 0 || len(src) == 0 || !fastPath(offBase64) {
 		return base64.StdEncoding.Decode(dst, src)
 	}
 	t := base64Decode()

@@ -44,7 +44,7 @@ var exchangeFiles = func(a, b string) error {
 //
 // Callers hold mu.
 func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept int64, done bool, err error) {
-	if s.noExchange || !s.spareSafe {
+	if s.noExchange || !s.spareSafe || !fastPath(offSpare) {
 		return 0, 0, false, nil
 	}
 	var st unix.Stat_t
@@ -58,7 +58,7 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept i
 	defer func() { _ = f.Close() }() // releases the lock, after the exchange
 	prev, replaced := s.spareHolds, s.checkpointHolds
 	s.checkpointHolds, s.spareHolds = nil, nil // known again only once this write succeeds
-	if prev != nil && unix.Fstat(int(f.Fd()), &st) == nil && idOf(&st, true) == prev.id {
+	if prev != nil && fastPath(offDelta) && unix.Fstat(int(f.Fd()), &st) == nil && idOf(&st, true) == prev.id {
 		kept = sharedPrefix(prev.entries, entries)
 	}
 	if kept > 0 {

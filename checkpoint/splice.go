@@ -8,7 +8,7 @@ package checkpoint
 // prev may be nil.
 func NewRegisteredFrom(resource string, ids []string, prev *Registered) *Registered {
 	r := NewRegistered(resource, ids)
-	if prev != nil && prev.Resource == resource && prev.text.Load() != nil {
+	if prev != nil && fastPath(offSplice) && prev.Resource == resource && prev.text.Load() != nil {
 		r.from.Store(prev)
 	}
 	return r
