@@ -14,7 +14,16 @@
 // /kubelet-1.x sub-benchmark is close in time to its /kdm siblings, and rounds alternate in
 // time; a table's ratios pair its kubelet with kdm round by round. With -out, the tables
 // replace the part of the file between the lines "<!-- bench-compare:begin -->" and
-// "<!-- bench-compare:end -->".
+// "<!-- bench-compare:end -->". Each kdm row is also given as a multiple of its floor, the
+// Floor benchmark of the same run that floorRules names for it.
+//
+// With -fastpaths, it measures instead what each hand-written fast path of kdm's checkpoint
+// package buys: it runs the kdm rows of the first module's binary once per round with every
+// fast path on and once with each path named turned off (through the binary's
+// UPSTREAMBENCH_FASTPATHS_OFF), and prints a table of the times and their changes; with -out,
+// the table goes between "<!-- fastpaths:begin -->" and "<!-- fastpaths:end -->":
+//
+//	go run ./cmd/benchcompare -fastpaths spare,delta,splice,base64,summed -rounds 3 -out ../../docs/benchmarks.md
 package main
 
 import (
@@ -43,6 +52,7 @@ func run() error {
 	bench := flag.String("bench", ".", "go test -bench pattern")
 	out := flag.String("out", "", "Markdown file whose bench-compare section receives the tables")
 	modules := flag.String("modules", ".,kubelet136", "comma-separated module directories whose benchmarks run, newest kubelet first; the first also measures kdm")
+	fastPaths := flag.String("fastpaths", "", "comma-separated fast paths to turn off one at a time, measuring kdm's rows instead of comparing (spare, delta, splice, base64, summed)")
 	flag.Parse()
 	if *roundsN < 1 {
 		return errors.New("-rounds must be at least 1")
@@ -58,13 +68,25 @@ func run() error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
+	dirs := strings.Split(*modules, ",")
+	if *fastPaths != "" {
+		dirs = dirs[:1]
+	}
 	var bins []testBinary
-	for i, dir := range strings.Split(*modules, ",") {
+	for i, dir := range dirs {
 		b, err := build(strings.TrimSpace(dir), filepath.Join(tmp, fmt.Sprintf("upstreambench-%d.test", i)))
 		if err != nil {
 			return err
 		}
 		bins = append(bins, b)
+	}
+
+	if *fastPaths != "" {
+		pattern := *bench
+		if pattern == "." {
+			pattern = kdmRows
+		}
+		return measureFastPaths(bins[0], tmp, pattern, *benchtime, *roundsN, strings.Split(*fastPaths, ","), *out)
 	}
 
 	loadBefore, started := loadAverage(), time.Now().UTC()
@@ -74,7 +96,7 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "round %d of %d\n", i, *roundsN)
 		var round []result
 		for _, bin := range bins {
-			results, err := bin.run(tmp, *bench, *benchtime)
+			results, err := bin.run(tmp, *bench, *benchtime, "")
 			if err != nil {
 				return fmt.Errorf("round %d: %s: %w", i, bin.module, err)
 			}
@@ -91,16 +113,60 @@ func run() error {
 	loadAfter := loadAverage()
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "Measured %s on %s/%s, %s, %d CPUs, %s; %d interleaved rounds of -benchtime %s, %s in all.\n",
-		started.Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.NumCPU(), runtime.Version(),
-		*roundsN, *benchtime, time.Since(started).Round(time.Second))
-	fmt.Fprintf(&b, "Load average (1, 5, 15 min): %s before, %s after.\n\n", loadBefore, loadAfter)
+	writeHeader(&b, started, loadBefore, loadAfter, *roundsN, *benchtime)
 	b.WriteString("One table per kubelet release; kdm's column is the same run in each. Each cell: median (min..max) over the rounds. " +
-		"The ratio is computed per round; above 1, kdm is faster.\n\n")
+		"The ratios are computed per round: kubelet / kdm above 1, kdm is faster; kdm / floor is kdm's time over its floor's, " +
+		"the `Floor/` row of the same round named in the last column (below 1: kdm did less than the floor assumes, " +
+		"as when it rewrites only the tail of a file).\n\n")
 	b.WriteString(render(rs, kubelets))
 	fmt.Print(b.String())
 	if *out != "" {
-		return replaceSection(*out, b.String())
+		return replaceSection(*out, beginMarker, endMarker, b.String())
+	}
+	return nil
+}
+
+// writeHeader writes when and where a measurement ran, and the load around it.
+func writeHeader(b *strings.Builder, started time.Time, loadBefore, loadAfter string, rounds int, benchtime string) {
+	fmt.Fprintf(b, "Measured %s on %s/%s, %s, %d CPUs, %s; %d interleaved rounds of -benchtime %s, %s in all.\n",
+		started.Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.NumCPU(), runtime.Version(),
+		rounds, benchtime, time.Since(started).Round(time.Second))
+	fmt.Fprintf(b, "Load average (1, 5, 15 min): %s before, %s after.\n\n", loadBefore, loadAfter)
+}
+
+// kdmRows is the -bench pattern of -fastpaths: kdm's sub-benchmarks of every benchmark but
+// the floors.
+const kdmRows = `^Benchmark(Allocate|AllocateBeside|ListAndWatchUpdate|Restart|CheckpointEncode|CheckpointWrite|CheckpointEncodeChurn|CheckpointWriteChurn)$/./^kdm`
+
+// fastPathsEnv is the test binary's variable naming the fast paths it turns off
+// (upstreambench's FastPathsEnv).
+const fastPathsEnv = "UPSTREAMBENCH_FASTPATHS_OFF"
+
+// measureFastPaths runs bin's benchmarks matching bench, in each round once with every fast
+// path on and once with each of paths off, and prints the table (see fastPathTable).
+func measureFastPaths(bin testBinary, dir, bench, benchtime string, roundsN int, paths []string, out string) error {
+	variants := append([]string{""}, paths...)
+	rs := map[string]*rounds{}
+	for _, v := range variants {
+		rs[v] = newRounds()
+	}
+	loadBefore, started := loadAverage(), time.Now().UTC()
+	for i := 1; i <= roundsN; i++ {
+		for _, v := range variants {
+			fmt.Fprintf(os.Stderr, "round %d of %d, off: %q\n", i, roundsN, v)
+			results, err := bin.run(dir, bench, benchtime, v)
+			if err != nil {
+				return fmt.Errorf("round %d, %q off: %w", i, v, err)
+			}
+			rs[v].add(results)
+		}
+	}
+	var b strings.Builder
+	writeHeader(&b, started, loadBefore, loadAverage(), roundsN, benchtime)
+	b.WriteString(fastPathTable(rs, paths))
+	fmt.Print(b.String())
+	if out != "" {
+		return replaceSection(out, fastPathsBegin, fastPathsEnd, b.String())
 	}
 	return nil
 }
@@ -130,11 +196,15 @@ func build(dir, path string) (testBinary, error) {
 	return testBinary{module: dir, path: path, version: strings.TrimSpace(string(version))}, nil
 }
 
-// run runs the benchmarks matching bench once, in dir, and returns their results.
-func (t testBinary) run(dir, bench, benchtime string) ([]result, error) {
+// run runs the benchmarks matching bench once, in dir, with the fast paths named by off
+// turned off, and returns their results.
+func (t testBinary) run(dir, bench, benchtime, off string) ([]result, error) {
 	var stdout bytes.Buffer
-	cmd := command(t.path, "-test.run", "^$", "-test.bench", bench, "-test.benchtime", benchtime, "-test.count", "1")
+	cmd := command(t.path, "-test.run", "^$", "-test.bench", bench, "-test.benchtime", benchtime, "-test.count", "1", "-test.v")
 	cmd.Dir = dir // the benchmarks make their own directories; keep the module clean
+	if off != "" {
+		cmd.Env = append(os.Environ(), fastPathsEnv+"="+off)
+	}
 	cmd.Stdout = &stdout
 	if err := cmd.Run(); err != nil {
 		_, _ = os.Stderr.Write(stdout.Bytes())
@@ -178,32 +248,34 @@ func cpuModel() string {
 }
 
 const (
-	beginMarker = "<!-- bench-compare:begin -->"
-	endMarker   = "<!-- bench-compare:end -->"
+	beginMarker    = "<!-- bench-compare:begin -->"
+	endMarker      = "<!-- bench-compare:end -->"
+	fastPathsBegin = "<!-- fastpaths:begin -->"
+	fastPathsEnd   = "<!-- fastpaths:end -->"
 )
 
-// replaceSection puts section between path's markers, replacing what was there.
-func replaceSection(path, section string) error {
+// replaceSection puts section between path's lines begin and end, replacing what was there.
+func replaceSection(path, begin, end, section string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	updated, err := withSection(string(b), section)
+	updated, err := withSection(string(b), begin, end, section)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return os.WriteFile(path, []byte(updated), 0o644)
 }
 
-// withSection returns doc with the text between its markers replaced by section.
-func withSection(doc, section string) (string, error) {
-	before, rest, ok := strings.Cut(doc, beginMarker+"\n")
+// withSection returns doc with the text between its lines begin and end replaced by section.
+func withSection(doc, begin, end, section string) (string, error) {
+	before, rest, ok := strings.Cut(doc, begin+"\n")
 	if !ok {
-		return "", fmt.Errorf("no %q line", beginMarker)
+		return "", fmt.Errorf("no %q line", begin)
 	}
-	_, after, ok := strings.Cut(rest, endMarker)
+	_, after, ok := strings.Cut(rest, end)
 	if !ok {
-		return "", fmt.Errorf("no %q after %q", endMarker, beginMarker)
+		return "", fmt.Errorf("no %q after %q", end, begin)
 	}
-	return before + beginMarker + "\n" + section + endMarker + after, nil
+	return before + begin + "\n" + section + end + after, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -8,9 +9,14 @@ import (
 const sample = `goos: linux
 BenchmarkAllocate/pods=0/kubelet-1.37-2         	     150	   1470140 ns/op
 BenchmarkAllocate/pods=0/kdm-2             	      56	   6576950 ns/op
-BenchmarkAllocate/pods=10000/kdm-2         	       1	 136045219 ns/op
+BenchmarkAllocate/pods=10000,departs=oldest
+BenchmarkAllocate/pods=10000,departs=oldest/kubelet-1.37
+    bench.go:61: not run: too slow
+--- SKIP: BenchmarkAllocate/pods=10000,departs=oldest/kubelet-1.37
+BenchmarkAllocate/pods=10000,departs=oldest/kdm-2         	       1	 136045219 ns/op
 BenchmarkCheckpointEncode/pods=1000,devices=4/kubelet-1.36-2 	       1	 155460567 ns/op	46254128 B/op	 1303517 allocs/op
 BenchmarkListAndWatchUpdate/devices=1000/kdm,policy=kdm 	      34	   9847389 ns/op
+BenchmarkRestart/devices=1000,pods=250/kdm-2 	      16	   8107015 ns/op	      4290 capacity-us/op	      1785 start-us/op
 BenchmarkFloor/rpc-2                                    	    3816	     59080 ns/op
 PASS
 `
@@ -21,18 +27,20 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []result{
-		{"Allocate/pods=0/kubelet-1.37", 1470140},
-		{"Allocate/pods=0/kdm", 6576950},
-		{"Allocate/pods=10000/kdm", 136045219},
-		{"CheckpointEncode/pods=1000,devices=4/kubelet-1.36", 155460567},
-		{"ListAndWatchUpdate/devices=1000/kdm,policy=kdm", 9847389},
-		{"Floor/rpc", 59080},
+		{name: "Allocate/pods=0/kubelet-1.37", nsPerOp: 1470140},
+		{name: "Allocate/pods=0/kdm", nsPerOp: 6576950},
+		{name: "Allocate/pods=10000,departs=oldest/kubelet-1.37", skipped: "not run: too slow"},
+		{name: "Allocate/pods=10000,departs=oldest/kdm", nsPerOp: 136045219},
+		{name: "CheckpointEncode/pods=1000,devices=4/kubelet-1.36", nsPerOp: 155460567},
+		{name: "ListAndWatchUpdate/devices=1000/kdm,policy=kdm", nsPerOp: 9847389},
+		{name: "Restart/devices=1000,pods=250/kdm", nsPerOp: 8107015, metrics: map[string]float64{"capacity-us/op": 4290, "start-us/op": 1785}},
+		{name: "Floor/rpc", nsPerOp: 59080},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("parse = %v, want %v", got, want)
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("result %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
@@ -44,13 +52,17 @@ func TestParseFailure(t *testing.T) {
 	}
 }
 
+// r is a result of ns nanoseconds per op.
+func r(name string, ns float64) result { return result{name: name, nsPerOp: ns} }
+
 func TestRender(t *testing.T) {
 	rs := newRounds()
 	// Each round holds the parent binary's results (kubelet-1.37, kdm, floor) and then the
 	// kubelet136 binary's (kubelet-1.36 alone).
-	rs.add([]result{{"A/kubelet-1.37", 300}, {"A/kdm", 100}, {"B/kdm", 5e6}, {"Floor/rpc", 2000}, {"A/kubelet-1.36", 600}})
-	rs.add([]result{{"A/kubelet-1.37", 200}, {"A/kdm", 200}, {"B/kdm", 7e6}, {"Floor/rpc", 4000}, {"A/kubelet-1.36", 400}})
-	rs.add([]result{{"A/kubelet-1.37", 900}, {"A/kdm", 300}, {"A/kdm,policy=kdm", 30}, {"Floor/rpc", 3000}, {"A/kubelet-1.36", 1800}})
+	rs.add([]result{r("A/kubelet-1.37", 300), r("A/kdm", 100), r("B/kdm", 5e6), r("Floor/rpc", 2000), r("A/kubelet-1.36", 600)})
+	rs.add([]result{r("A/kubelet-1.37", 200), r("A/kdm", 200), r("B/kdm", 7e6), r("Floor/rpc", 4000), r("A/kubelet-1.36", 400)})
+	rs.add([]result{r("A/kubelet-1.37", 900), r("A/kdm", 300), r("A/kdm,policy=kdm", 30), r("Floor/rpc", 3000), r("A/kubelet-1.36", 1800),
+		{name: "B/kubelet-1.36", skipped: "not run: too slow"}})
 	got := render(rs, []kubelet{{"kubelet-1.37", "v1.37.2"}, {"kubelet-1.36", "v1.36.3"}})
 	tables := strings.Split(got, "\n\n")
 	if len(tables) != 3 {
@@ -60,17 +72,18 @@ func TestRender(t *testing.T) {
 		table int
 		line  string
 	}{
-		{0, "| benchmark (time per op) | kubelet v1.37.2 | kdm | kubelet / kdm |"},
-		{0, "| A | 300 ns (200 ns..900 ns) | 200 ns (100 ns..300 ns) | 3.00× (1.00×..3.00×) |"},
+		{0, "| benchmark (time per op) | kubelet v1.37.2 | kdm | kubelet / kdm | kdm / floor | floor (`Floor/...`) |"},
+		{0, "| A | 300 ns (200 ns..900 ns) | 200 ns (100 ns..300 ns) | 3.00× (1.00×..3.00×) | – | – |"},
 		// Only the third round ran the policy variant: 900 / 30.
-		{0, "| A (kdm policy=kdm) | 300 ns (200 ns..900 ns) | 30.0 ns (30.0 ns..30.0 ns) | 30.0× (30.0×..30.0×) |"},
+		{0, "| A (kdm policy=kdm), policy comparison: kdm's policy (device-list writes coalesced in the background) against the kubelet's one write per update | 300 ns (200 ns..900 ns) | 30.0 ns (30.0 ns..30.0 ns) | 30.0× (30.0×..30.0×) |"},
 		{0, "| B | not run | 6.00 ms (5.00 ms..7.00 ms) | – |"},
 		// The v1.36 table pairs each round's kubelet-1.36 with that round's kdm: 600/100, 400/200, 1800/300.
 		{1, "| benchmark (time per op) | kubelet v1.36.3 | kdm | kubelet / kdm |"},
 		{1, "| A | 600 ns (400 ns..1.80 µs) | 200 ns (100 ns..300 ns) | 6.00× (2.00×..6.00×) |"},
-		{1, "| A (kdm policy=kdm) | 600 ns (400 ns..1.80 µs) | 30.0 ns (30.0 ns..30.0 ns) | 60.0× (60.0×..60.0×) |"},
-		{1, "| B | not run | 6.00 ms (5.00 ms..7.00 ms) | – |"},
-		{2, "| Floor/rpc | 3.00 µs (2.00 µs..4.00 µs) |"},
+		{1, "| A (kdm policy=kdm), policy comparison"},
+		// A kubelet that skipped itself says why.
+		{1, "| B | not run: too slow | 6.00 ms (5.00 ms..7.00 ms) | – |"},
+		{2, "| Floor/rpc | 3.00 µs (2.00 µs..4.00 µs) | – |"},
 	} {
 		if !strings.Contains(tables[want.table], want.line) {
 			t.Errorf("%d: table %d lacks %q:\n%s", i, want.table, want.line, got)
@@ -81,9 +94,65 @@ func TestRender(t *testing.T) {
 	}
 }
 
+func TestRenderFloorMultiples(t *testing.T) {
+	rs := newRounds()
+	// Round by round: 900/300 = 3, 1200/300 = 4 and 1000/500 = 2 for Allocate; for
+	// ListAndWatch the larger of the two floors: 2000/1000 = 2, 3000/1500 = 2, 3300/1100 = 3.
+	for _, round := range [][6]float64{{900, 300, 2000, 1000, 400, 2}, {1200, 300, 3000, 1500, 200, 2}, {1000, 500, 3300, 1100, 900, 2}} {
+		rs.add([]result{
+			r("Allocate/pods=1000,departs=oldest/kdm", round[0]), r("Floor/rpc+overwrite,pods=1000", round[1]),
+			r("ListAndWatchUpdate/devices=1000/kdm", round[2]), r("Floor/checksum+overwrite,devices=1000", round[3]),
+			r("Floor/listandwatch,devices=1000", round[4]),
+			{name: "Floor/rpc+overwrite,pods=0", nsPerOp: 1, metrics: map[string]float64{"file-MiB": round[5]}},
+		})
+	}
+	got := render(rs, []kubelet{{"kubelet-1.37", "v1.37.2"}})
+	for _, want := range []string{
+		"| Allocate/pods=1000,departs=oldest | not run | 1.00 µs (900 ns..1.20 µs) | – | 3.00× (2.00×..4.00×) | rpc+overwrite,pods=1000 |",
+		"| ListAndWatchUpdate/devices=1000 | not run | 3.00 µs (2.00 µs..3.30 µs) | – | 2.00× (2.00×..3.00×) | checksum+overwrite,devices=1000, the larger of listandwatch,devices=1000 |",
+		"| Floor/rpc+overwrite,pods=0 | 1.00 ns (1.00 ns..1.00 ns) | 2.00 MiB |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("render lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestFloorFor(t *testing.T) {
+	for name, want := range map[string][]string{
+		"Allocate/pods=0/kdm":                            {"Floor/rpc+overwrite,pods=0"},
+		"Allocate/pods=10000,departs=random/kdm":         {"Floor/rpc+overwrite,pods=10000"},
+		"AllocateBeside/devices=1000000/kdm":             {"Floor/rpc+checksum+overwrite,beside=1000000"},
+		"ListAndWatchUpdate/devices=87381/kdm":           {"Floor/checksum+overwrite,devices=87381", "Floor/listandwatch,devices=87381"},
+		"ListAndWatchUpdate/devices=1000/kdm,policy=kdm": {"Floor/listandwatch,devices=1000"},
+		"Restart/devices=1000,pods=250/kdm":              {"Floor/restart,devices=1000,pods=250"},
+		"CheckpointEncodeChurn/pods=1000,devices=4/kdm":  {"Floor/checksum,pods=1000,devices=4"},
+		"CheckpointWrite/pods=1000,devices=4/kdm":        {"Floor/checksum+overwrite,pods=1000,devices=4"},
+		"Allocate/pods=0/kubelet-1.37":                   nil,
+	} {
+		if got := floorFor(name); !reflect.DeepEqual(got, want) {
+			t.Errorf("floorFor(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestFastPathTable(t *testing.T) {
+	rs := map[string]*rounds{"": newRounds(), "spare": newRounds(), "base64": newRounds()}
+	for _, ns := range []float64{100, 200} {
+		rs[""].add([]result{r("A/kdm", ns)})
+		rs["spare"].add([]result{r("A/kdm", ns*1.5)})
+		rs["base64"].add([]result{r("A/kdm", ns*1.02)})
+	}
+	got := fastPathTable(rs, []string{"spare", "base64"})
+	want := "| A/kdm | 150 ns | **225 ns (+50%)** | 153 ns (+2%) |"
+	if !strings.Contains(got, want) {
+		t.Errorf("fastPathTable lacks %q:\n%s", want, got)
+	}
+}
+
 func TestAppendKubelets(t *testing.T) {
-	ks := appendKubelets(nil, []result{{"A/kubelet-1.37", 1}, {"A/kdm", 1}, {"B/kubelet-1.37", 1}, {"Floor/rpc", 1}}, "v1.37.2")
-	ks = appendKubelets(ks, []result{{"A/kubelet-1.36", 1}}, "v1.36.3")
+	ks := appendKubelets(nil, []result{r("A/kubelet-1.37", 1), r("A/kdm", 1), r("B/kubelet-1.37", 1), r("Floor/rpc", 1)}, "v1.37.2")
+	ks = appendKubelets(ks, []result{r("A/kubelet-1.36", 1)}, "v1.36.3")
 	want := []kubelet{{"kubelet-1.37", "v1.37.2"}, {"kubelet-1.36", "v1.36.3"}}
 	if len(ks) != len(want) || ks[0] != want[0] || ks[1] != want[1] {
 		t.Errorf("appendKubelets = %v, want %v", ks, want)
@@ -92,7 +161,7 @@ func TestAppendKubelets(t *testing.T) {
 
 func TestWithSection(t *testing.T) {
 	doc := "# Benchmarks\n\n" + beginMarker + "\nold table\n" + endMarker + "\n\nHow to run.\n"
-	got, err := withSection(doc, "new table\n")
+	got, err := withSection(doc, beginMarker, endMarker, "new table\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +169,7 @@ func TestWithSection(t *testing.T) {
 	if got != want {
 		t.Errorf("withSection =\n%s\nwant\n%s", got, want)
 	}
-	if _, err := withSection("no markers", "x"); err == nil {
+	if _, err := withSection("no markers", beginMarker, endMarker, "x"); err == nil {
 		t.Error("withSection accepted a document without markers")
 	}
 }

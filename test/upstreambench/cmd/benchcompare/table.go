@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -28,13 +30,34 @@ type rounds struct {
 	names  []string
 	values map[string][]float64 // per name, one entry per round, NaN where it did not run
 	n      int
+	// metrics are the other values reported, per name and unit, one per round it ran.
+	metrics map[string]map[string][]float64
+	// units are the metrics' units per name, in first-seen order.
+	units map[string][]string
+	// skipped are the reasons of the benchmarks that skipped themselves, by name.
+	skipped map[string]string
 }
 
-func newRounds() *rounds { return &rounds{values: map[string][]float64{}} }
+func newRounds() *rounds {
+	return &rounds{values: map[string][]float64{}, metrics: map[string]map[string][]float64{}, units: map[string][]string{}, skipped: map[string]string{}}
+}
 
 // add records one round's results.
 func (r *rounds) add(results []result) {
 	for _, res := range results {
+		if res.skipped != "" {
+			r.skipped[res.name] = res.skipped
+			continue
+		}
+		for _, unit := range slices.Sorted(maps.Keys(res.metrics)) {
+			if r.metrics[res.name] == nil {
+				r.metrics[res.name] = map[string][]float64{}
+			}
+			if _, ok := r.metrics[res.name][unit]; !ok {
+				r.units[res.name] = append(r.units[res.name], unit)
+			}
+			r.metrics[res.name][unit] = append(r.metrics[res.name][unit], res.metrics[unit])
+		}
 		v, ok := r.values[res.name]
 		if !ok {
 			r.names = append(r.names, res.name)
@@ -66,14 +89,77 @@ func (r *rounds) series(name string) series {
 
 // ratios returns, for every round in which both ran, kubelet's value over kdm's.
 func (r *rounds) ratios(kubelet, kdm string) series {
+	return ratiosOf(r.values[kubelet], r.values[kdm])
+}
+
+// ratiosOf returns a[i]/b[i] for every round in which both have a value.
+func ratiosOf(a, b []float64) series {
 	var s series
-	a, b := r.values[kubelet], r.values[kdm]
 	for i := range a {
 		if i < len(b) && !math.IsNaN(a[i]) && !math.IsNaN(b[i]) {
 			s = append(s, a[i]/b[i])
 		}
 	}
 	return s
+}
+
+// floorValues returns, per round, the largest value of names in that round (NaN where one of
+// them did not run).
+func (r *rounds) floorValues(names []string) []float64 {
+	v := make([]float64, r.n)
+	for i := range v {
+		v[i] = math.Inf(-1)
+		for _, n := range names {
+			x := math.NaN()
+			if vals := r.values[n]; i < len(vals) {
+				x = vals[i]
+			}
+			if math.IsNaN(x) {
+				v[i] = x
+				break
+			}
+			v[i] = max(v[i], x)
+		}
+	}
+	return v
+}
+
+// floorRules give each kdm row its floor (see BenchmarkFloor): the Floor benchmarks named by
+// expanding floor with the row's name's submatches; where a rule names more than one, the
+// op's parts overlap (the transport of the next list runs beside the previous list's write)
+// and the larger of them, per round, is the floor.
+var floorRules = []struct {
+	row   *regexp.Regexp // matches the kdm sub-benchmark's name
+	floor []string
+}{
+	{regexp.MustCompile(`^Allocate/pods=(\d+)(?:,departs=\w+)?/kdm$`), []string{"Floor/rpc+overwrite,pods=$1"}},
+	{regexp.MustCompile(`^AllocateBeside/devices=(\d+)/kdm$`), []string{"Floor/rpc+checksum+overwrite,beside=$1"}},
+	{regexp.MustCompile(`^ListAndWatchUpdate/devices=(\d+)/kdm$`), []string{"Floor/checksum+overwrite,devices=$1", "Floor/listandwatch,devices=$1"}},
+	{regexp.MustCompile(`^ListAndWatchUpdate/devices=(\d+)/kdm,policy=kdm$`), []string{"Floor/listandwatch,devices=$1"}},
+	{regexp.MustCompile(`^Restart/(.+)/kdm$`), []string{"Floor/restart,$1"}},
+	{regexp.MustCompile(`^CheckpointEncode(?:Churn)?/(.+)/kdm$`), []string{"Floor/checksum,$1"}},
+	{regexp.MustCompile(`^CheckpointWrite(?:Churn)?/(.+)/kdm$`), []string{"Floor/checksum+overwrite,$1"}},
+}
+
+// floorFor returns the floor benchmarks of the kdm sub-benchmark kdm, nil if it has none.
+func floorFor(kdm string) []string {
+	for _, rule := range floorRules {
+		m := rule.row.FindStringSubmatchIndex(kdm)
+		if m == nil {
+			continue
+		}
+		var names []string
+		for _, f := range rule.floor {
+			names = append(names, string(rule.row.ExpandString(nil, f, kdm, m)))
+		}
+		return names
+	}
+	return nil
+}
+
+// variantLabels say what a kdm variant's row compares, where it is not the same work.
+var variantLabels = map[string]string{
+	"policy=kdm": "policy comparison: kdm's policy (device-list writes coalesced in the background) against the kubelet's one write per update",
 }
 
 // kubelet is one kubelet release under comparison: the last element of its sub-benchmarks'
@@ -98,6 +184,7 @@ func appendKubelets(ks []kubelet, results []result, version string) []kubelet {
 // row is one line of a comparison table.
 type row struct {
 	label        string
+	prefix       string // the benchmark's name without its side
 	kubelet, kdm string // benchmark names; kubelet is empty for kdm-only rows
 }
 
@@ -122,12 +209,15 @@ func comparisonRows(names []string, kubeletSide string) (rows []row, other []str
 			label := prefix
 			if variant, ok := strings.CutPrefix(side, "kdm,"); ok {
 				label += " (kdm " + variant + ")"
+				if what, ok := variantLabels[variant]; ok {
+					label += ", " + what
+				}
 			}
 			k := prefix + "/" + kubeletSide
 			if !has[k] {
 				k = ""
 			}
-			rows = append(rows, row{label: label, kubelet: k, kdm: n})
+			rows = append(rows, row{label: label, prefix: prefix, kubelet: k, kdm: n})
 		default:
 			other = append(other, n)
 		}
@@ -135,8 +225,8 @@ func comparisonRows(names []string, kubeletSide string) (rows []row, other []str
 	return rows, other
 }
 
-// render writes one comparison table per kubelet, in the order given, and the floor table,
-// in Markdown.
+// render writes one comparison table per kubelet, in the order given, the floor table and the
+// table of other metrics, in Markdown.
 func render(r *rounds, kubelets []kubelet) string {
 	var b strings.Builder
 	var other []string
@@ -146,7 +236,7 @@ func render(r *rounds, kubelets []kubelet) string {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "| benchmark (time per op) | kubelet %s | kdm | kubelet / kdm |\n|---|---:|---:|---:|\n", k.version)
+		fmt.Fprintf(&b, "| benchmark (time per op) | kubelet %s | kdm | kubelet / kdm | kdm / floor | floor (`Floor/...`) |\n|---|---:|---:|---:|---:|---|\n", k.version)
 		for _, rw := range rows {
 			kub, ratio := "not run", "–"
 			if rw.kubelet != "" {
@@ -154,20 +244,68 @@ func render(r *rounds, kubelets []kubelet) string {
 				if rs := r.ratios(rw.kubelet, rw.kdm); len(rs) > 0 {
 					ratio = formatRatio(rs.summary())
 				}
+			} else if why := r.skipped[rw.prefix+"/"+k.side]; why != "" {
+				kub = why
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", rw.label, kub, formatTimes(r.series(rw.kdm).summary()), ratio)
+			fl, flName := "–", "–"
+			if names := floorFor(rw.kdm); names != nil {
+				flName = strings.Join(trimFloor(names), ", the larger of ")
+				if rs := ratiosOf(r.values[rw.kdm], r.floorValues(names)); len(rs) > 0 {
+					fl = formatRatio(rs.summary())
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", rw.label, kub, formatTimes(r.series(rw.kdm).summary()), ratio, fl, flName)
 		}
 	}
 	if len(kubelets) == 0 {
 		_, other = comparisonRows(r.names, "")
 	}
 	if len(other) > 0 {
-		b.WriteString("\n| floor, same run | time per op |\n|---|---:|\n")
+		b.WriteString("\n| floor, same run | time per op | file written |\n|---|---:|---:|\n")
 		for _, n := range other {
-			fmt.Fprintf(&b, "| %s | %s |\n", n, formatTimes(r.series(n).summary()))
+			file := "–"
+			if v := r.metrics[n]["file-MiB"]; len(v) > 0 {
+				file = mib(series(v).summary().median)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", n, formatTimes(r.series(n).summary()), file)
+		}
+	}
+	var metricRows []string
+	for _, n := range r.names {
+		for _, unit := range r.units[n] {
+			if unit == "file-MiB" {
+				continue
+			}
+			metricRows = append(metricRows, fmt.Sprintf("| %s | %s | %s |\n", n, unit, formatPlain(series(r.metrics[n][unit]).summary())))
+		}
+	}
+	if len(metricRows) > 0 {
+		b.WriteString("\n| benchmark | also reported | median (min..max) |\n|---|---|---:|\n")
+		for _, l := range metricRows {
+			b.WriteString(l)
 		}
 	}
 	return b.String()
+}
+
+// trimFloor drops the "Floor/" of names.
+func trimFloor(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strings.TrimPrefix(n, "Floor/")
+	}
+	return out
+}
+
+func mib(x float64) string {
+	if x < 1 {
+		return sig3(x*1024) + " KiB"
+	}
+	return sig3(x) + " MiB"
+}
+
+func formatPlain(s summary) string {
+	return fmt.Sprintf("%s (%s..%s)", sig3(s.median), sig3(s.min), sig3(s.max))
 }
 
 func formatTimes(s summary) string {
@@ -203,4 +341,34 @@ func sig3(x float64) string {
 	default:
 		return fmt.Sprintf("%.2f", x)
 	}
+}
+
+// fastPathTable writes, per kdm row, its time with every fast path on (rs[""]) and with each
+// of paths off (rs[path]): the median over the rounds and the median of the per-round change,
+// in bold where it is 10% or more either way.
+func fastPathTable(rs map[string]*rounds, paths []string) string {
+	var b strings.Builder
+	b.WriteString("| kdm row (time per op) | all on |")
+	for _, p := range paths {
+		fmt.Fprintf(&b, " %s off |", p)
+	}
+	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(paths)) + "\n")
+	on := rs[""]
+	for _, n := range on.names {
+		fmt.Fprintf(&b, "| %s | %s |", n, duration(on.series(n).summary().median))
+		for _, p := range paths {
+			off := rs[p]
+			cell := "–"
+			if ch := ratiosOf(off.values[n], on.values[n]); len(ch) > 0 {
+				pct := (ch.summary().median - 1) * 100
+				cell = fmt.Sprintf("%s (%+.0f%%)", duration(off.series(n).summary().median), pct)
+				if math.Abs(pct) >= 10 {
+					cell = "**" + cell + "**"
+				}
+			}
+			fmt.Fprintf(&b, " %s |", cell)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
