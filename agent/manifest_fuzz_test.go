@@ -38,7 +38,7 @@ func FuzzManifest(f *testing.F) {
 		for _, c := range allContainers(pod) {
 			r := c.container.Resources
 			for name, q := range r.Limits {
-				if !isExtendedResource(name) {
+				if !isDomainResource(name) {
 					continue
 				}
 				n, ok := q.AsInt64()
@@ -53,14 +53,14 @@ func FuzzManifest(f *testing.F) {
 				}
 			}
 			for name := range r.Requests {
-				if _, ok := r.Limits[name]; isExtendedResource(name) && !ok {
+				if _, ok := r.Limits[name]; isDomainResource(name) && !ok {
 					t.Fatalf("container %s: %s requested without a limit", c.container.Name, name)
 				}
 			}
 		}
 		for _, list := range []v1.ResourceList{podLevel(pod).Limits, podLevel(pod).Requests} {
 			for name := range list {
-				if isExtendedResource(name) {
+				if isDomainResource(name) {
 					t.Fatalf("pod-level %s accepted", name)
 				}
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/kdm-project/kdm/internal/resourcename"
 )
 
 // Node status timing, as the kubelet's defaults.
@@ -242,13 +243,9 @@ func (p *NodePublisher) Healthy() error {
 	return nil
 }
 
-// IsExtendedResourceName reports whether name is an extended resource: a qualified name outside
-// the kubernetes.io domains and not a quota "requests." name. Device-plugin resources are.
+// IsExtendedResourceName reports whether name is an extended resource name, the kubelet's rule
+// (resourcename.IsExtended): domain-qualified outside the kubernetes.io domains, not a quota
+// "requests." name, and a valid qualified name. Device-plugin resources are.
 func IsExtendedResourceName(name v1.ResourceName) bool {
-	s := string(name)
-	if !strings.Contains(s, "/") || strings.HasPrefix(s, "requests.") {
-		return false
-	}
-	domain := s[:strings.Index(s, "/")]
-	return domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
+	return resourcename.IsExtended(string(name))
 }

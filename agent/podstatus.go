@@ -19,6 +19,7 @@ import (
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/internal/hostfile"
+	"github.com/kdm-project/kdm/internal/resourcename"
 )
 
 // Pod phases the agent records.
@@ -278,12 +279,9 @@ func deviceRequests(c *v1.Container) map[string]int64 {
 	return out
 }
 
-// isExtendedResource reports whether name is domain-qualified outside kubernetes.io, the
-// only resources device plugins serve.
-func isExtendedResource(name v1.ResourceName) bool {
-	s := string(name)
-	return strings.Contains(s, "/") && !strings.Contains(s, "kubernetes.io/") && !strings.HasPrefix(s, "requests.")
-}
+// isExtendedResource reports whether name is a resource a device plugin may serve, by the
+// kubelet's rule (resourcename.IsExtended).
+func isExtendedResource(name v1.ResourceName) bool { return resourcename.IsExtended(string(name)) }
 
 // allocationsOf converts checkpoint entries to the result's form.
 func allocationsOf(entries []checkpoint.PodDevicesEntry) []Allocation {

@@ -86,7 +86,7 @@ func validateDeviceResources(r v1.ResourceRequirements, p *field.Path) field.Err
 	var errs field.ErrorList
 	for _, name := range sortedNames(r.Limits) {
 		q := r.Limits[name]
-		if !isExtendedResource(name) {
+		if !isDomainResource(name) {
 			continue
 		}
 		lp := p.Child("limits").Key(string(name))
@@ -105,7 +105,7 @@ func validateDeviceResources(r v1.ResourceRequirements, p *field.Path) field.Err
 	}
 	for _, name := range sortedNames(r.Requests) {
 		q := r.Requests[name]
-		if _, ok := r.Limits[name]; isExtendedResource(name) && !ok {
+		if _, ok := r.Limits[name]; isDomainResource(name) && !ok {
 			errs = append(errs, field.Required(p.Child("limits").Key(string(name)),
 				fmt.Sprintf("a limit is required for extended resource %s (requested %s)", name, q.String())))
 		}
@@ -113,11 +113,19 @@ func validateDeviceResources(r v1.ResourceRequirements, p *field.Path) field.Err
 	return errs
 }
 
+// isDomainResource reports whether name is domain-qualified outside kubernetes.io: a name a
+// pod may mean as a device resource. Validation checks such names against the kubelet's rule
+// (checkResourceName) and reports a bad one, where isExtendedResource would only not count it.
+func isDomainResource(name v1.ResourceName) bool {
+	s := string(name)
+	return strings.Contains(s, "/") && !strings.Contains(s, "kubernetes.io/") && !strings.HasPrefix(s, "requests.")
+}
+
 // forbidExtended reports every extended resource in list as forbidden.
 func forbidExtended(list v1.ResourceList, p *field.Path, why string) field.ErrorList {
 	var errs field.ErrorList
 	for _, name := range sortedNames(list) {
-		if isExtendedResource(name) {
+		if isDomainResource(name) {
 			errs = append(errs, field.Forbidden(p.Key(string(name)), why))
 		}
 	}
