@@ -20,6 +20,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // gpuResource is the mock plugin's resource name.
@@ -146,7 +147,7 @@ func (o *observation) check(expect map[string][]string) []string {
 		// A pod whose resource no plugin had registered when it was admitted gets no GPU: the
 		// kubelet's way, kept by its policy (nothing is lost or shared). The kdm policy waits for
 		// the resource while the manager is young, so there it is a violation.
-		if len(devs) == 0 && o.policy != "kubelet-1.36" {
+		if len(devs) == 0 && o.policy == devicemanager.KDMPolicyName {
 			v = append(v, fmt.Sprintf("invariant 2: pod %s is admitted without any GPU", name))
 		}
 		for _, src := range sortedKeys(views) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // TestCrashLoop checks kdm's promise that a running container keeps its devices and that no
@@ -47,7 +49,7 @@ func TestCrashLoop(t *testing.T) {
 		rounds = v
 	}
 	t.Logf("crash loop seed %d (replay with KDM_CRASHLOOP_SEED=%d), %d rounds per policy", seed, seed, rounds)
-	for _, policy := range []string{"kubelet-1.36", "kdm"} {
+	for _, policy := range devicemanager.PolicyNames() { // every kubelet minor, then kdm
 		t.Run(policy, func(t *testing.T) {
 			cl := &crashLoop{t: t, n: newNode(t), policy: policy, seed: seed, r: rand.New(rand.NewSource(seed)),
 				disk: map[string]int{}, expect: map[string][]string{}}

@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
 )
 
@@ -29,7 +30,9 @@ import (
 // gpuSocket is the NVML plugin's socket name inside the plugin directory.
 const gpuSocket = "nvidia-gpu.sock"
 
-var hostilePolicies = []string{"kubelet-1.36", "kdm"}
+// hostilePolicies are every policy: the kubelet minors differ in how they take a plugin's
+// registrations.
+var hostilePolicies = devicemanager.PolicyNames()
 
 // registrationClient dials the node's kubelet.sock; the connection closes at cleanup.
 func (n *node) registrationClient() pluginapi.RegistrationClient {
