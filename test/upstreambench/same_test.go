@@ -75,3 +75,11 @@ func TestFastPathSwitch(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginProcess checks the large benchmarks' plugin process against every side (see
+// suite.CheckPluginProcess).
+func TestPluginProcess(t *testing.T) {
+	for _, side := range sides() {
+		t.Run(side.Name, func(t *testing.T) { suite.CheckPluginProcess(t, side) })
+	}
+}

@@ -58,3 +58,7 @@ func TestKubeletConstructor(t *testing.T) { suite.CheckConstructor(t, kubeletSid
 // TestRestartSettles checks that no write of one Restart op runs inside the next (see
 // suite.CheckRestartSettles).
 func TestRestartSettles(t *testing.T) { suite.CheckRestartSettles(t, kubeletSide) }
+
+// TestPluginProcess checks the large benchmarks' plugin process against the kubelet v1.36
+// (see suite.CheckPluginProcess).
+func TestPluginProcess(t *testing.T) { suite.CheckPluginProcess(t, kubeletSide) }

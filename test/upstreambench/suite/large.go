@@ -49,7 +49,7 @@ func largeSizes() []int { return []int{KubeletMaxDevices(), LargeDevices} }
 // more than the kubelet accepts.
 func skipOverKubeletLimit(b *testing.B, side Side, n int) {
 	if side.Kubelet && n > KubeletMaxDevices() {
-		b.Skip(fmt.Sprintf("not run: a list of %d devices is over the kubelet's %d MiB gRPC receive limit", n, KubeletRecvLimit>>20))
+		b.Skipf("not run: a list of %d devices is over the kubelet's %d MiB gRPC receive limit", n, KubeletRecvLimit>>20)
 	}
 }
 
@@ -326,4 +326,27 @@ func (p *PluginProcess) Stop(tb testing.TB) int64 {
 		tb.Errorf("plugin process: %v; stderr: %s", err, &p.stderr)
 	}
 	return p.peak
+}
+
+// CheckPluginProcess checks the large benchmarks' rig on a small plugin: side's manager takes
+// the devices of a PluginProcess, allocates one, and sees it flip and heal, each announced on
+// Updated with the allocatable count changed.
+func CheckPluginProcess(t *testing.T, side Side) {
+	const n = 10
+	dir := ShortDir(t)
+	pods := NewPodList()
+	m := side.Start(t, dir, pods)
+	before := CheckpointID(t, dir)
+	p := StartPluginProcess(t, dir, ResourceName, n)
+	WaitAllocatable(t, m, n)
+	m.Settle(t, before)
+	p.Prepare(t, allocateHolder(t, m, pods))
+	ClearUpdated(m)
+	p.Send(t, "flip")
+	WaitUpdated(t, m, n-1)
+	p.Send(t, "heal")
+	WaitUpdated(t, m, n)
+	if peak := p.Stop(t); peak <= 0 {
+		t.Errorf("the plugin process reported a peak of %d bytes", peak)
+	}
 }

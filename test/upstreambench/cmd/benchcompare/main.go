@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"time"
@@ -142,23 +143,51 @@ const kdmRows = `^Benchmark(Allocate|AllocateBeside|ListAndWatchUpdate|Restart|C
 // (upstreambench's FastPathsEnv).
 const fastPathsEnv = "UPSTREAMBENCH_FASTPATHS_OFF"
 
-// measureFastPaths runs bin's benchmarks matching bench, in each round once with every fast
-// path on and once with each of paths off, and prints the table (see fastPathTable).
+// measureFastPaths measures what each of paths buys on bin's benchmarks matching bench. It
+// first runs them once to learn their names (not counted); then, in each round, it runs every
+// benchmark on its own, back to back, with every fast path on, with each of paths off, and
+// with every path on again (the control, whose change from the first is the noise), the
+// order of these variants rotating from round to round, so that a benchmark's variants see
+// the same machine. It prints the table (see fastPathTable).
 func measureFastPaths(bin testBinary, dir, bench, benchtime string, roundsN int, paths []string, out string) error {
-	variants := append([]string{""}, paths...)
+	loadBefore, started := loadAverage(), time.Now().UTC()
+	first, err := bin.run(dir, bench, benchtime, "")
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, res := range first {
+		if res.skipped == "" {
+			names = append(names, res.name)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("no benchmark matched %q", bench)
+	}
+	variants := append(append([]string{""}, paths...), controlVariant)
 	rs := map[string]*rounds{}
 	for _, v := range variants {
 		rs[v] = newRounds()
 	}
-	loadBefore, started := loadAverage(), time.Now().UTC()
-	for i := 1; i <= roundsN; i++ {
-		for _, v := range variants {
-			fmt.Fprintf(os.Stderr, "round %d of %d, off: %q\n", i, roundsN, v)
-			results, err := bin.run(dir, bench, benchtime, v)
-			if err != nil {
-				return fmt.Errorf("round %d, %q off: %w", i, v, err)
+	for i := 0; i < roundsN; i++ {
+		byVariant := map[string][]result{}
+		for j, name := range names {
+			fmt.Fprintf(os.Stderr, "round %d of %d: %s\n", i+1, roundsN, name)
+			for k := range variants {
+				v := variants[(i+j+k)%len(variants)]
+				off := v
+				if v == controlVariant {
+					off = ""
+				}
+				results, err := bin.run(dir, exactly(name), benchtime, off)
+				if err != nil {
+					return fmt.Errorf("round %d, %s, %q off: %w", i+1, name, v, err)
+				}
+				byVariant[v] = append(byVariant[v], results...)
 			}
-			rs[v].add(results)
+		}
+		for _, v := range variants {
+			rs[v].add(byVariant[v])
 		}
 	}
 	var b strings.Builder
@@ -169,6 +198,21 @@ func measureFastPaths(bin testBinary, dir, bench, benchtime string, roundsN int,
 		return replaceSection(out, fastPathsBegin, fastPathsEnd, b.String())
 	}
 	return nil
+}
+
+// controlVariant is measureFastPaths' second run with every fast path on.
+const controlVariant = "on again"
+
+// exactly is the -bench pattern matching the benchmark name and nothing else.
+func exactly(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		if i == 0 {
+			p = "Benchmark" + p
+		}
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
 }
 
 // testBinary is one module's benchmarks, compiled.

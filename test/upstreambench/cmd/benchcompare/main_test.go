@@ -75,7 +75,7 @@ func TestRender(t *testing.T) {
 		{0, "| benchmark (time per op) | kubelet v1.37.2 | kdm | kubelet / kdm | kdm / floor | floor (`Floor/...`) |"},
 		{0, "| A | 300 ns (200 ns..900 ns) | 200 ns (100 ns..300 ns) | 3.00× (1.00×..3.00×) | – | – |"},
 		// Only the third round ran the policy variant: 900 / 30.
-		{0, "| A (kdm policy=kdm), policy comparison: kdm's policy (device-list writes coalesced in the background) against the kubelet's one write per update | 300 ns (200 ns..900 ns) | 30.0 ns (30.0 ns..30.0 ns) | 30.0× (30.0×..30.0×) |"},
+		{0, "| A (kdm policy=kdm), policy comparison: kdm's device-list writes coalesced in the background against the kubelet's one write per update | 300 ns (200 ns..900 ns) | 30.0 ns (30.0 ns..30.0 ns) | 30.0× (30.0×..30.0×) |"},
 		{0, "| B | not run | 6.00 ms (5.00 ms..7.00 ms) | – |"},
 		// The v1.36 table pairs each round's kubelet-1.36 with that round's kdm: 600/100, 400/200, 1800/300.
 		{1, "| benchmark (time per op) | kubelet v1.36.3 | kdm | kubelet / kdm |"},
@@ -137,16 +137,24 @@ func TestFloorFor(t *testing.T) {
 }
 
 func TestFastPathTable(t *testing.T) {
-	rs := map[string]*rounds{"": newRounds(), "spare": newRounds(), "base64": newRounds()}
+	rs := map[string]*rounds{"": newRounds(), "spare": newRounds(), "base64": newRounds(), controlVariant: newRounds()}
 	for _, ns := range []float64{100, 200} {
 		rs[""].add([]result{r("A/kdm", ns)})
 		rs["spare"].add([]result{r("A/kdm", ns*1.5)})
 		rs["base64"].add([]result{r("A/kdm", ns*1.02)})
+		rs[controlVariant].add([]result{r("A/kdm", ns*0.88)})
 	}
 	got := fastPathTable(rs, []string{"spare", "base64"})
-	want := "| A/kdm | 150 ns | **225 ns (+50%)** | 153 ns (+2%) |"
+	want := "| A | 150 ns | **225 ns (+50%)** | 153 ns (+2%) | **132 ns (-12%)** |"
 	if !strings.Contains(got, want) {
 		t.Errorf("fastPathTable lacks %q:\n%s", want, got)
+	}
+}
+
+func TestExactly(t *testing.T) {
+	want := `^BenchmarkAllocate$/^pods=100,departs=newest$/^kdm,policy=kdm$`
+	if got := exactly("Allocate/pods=100,departs=newest/kdm,policy=kdm"); got != want {
+		t.Errorf("exactly = %s, want %s", got, want)
 	}
 }
 

@@ -159,7 +159,7 @@ func floorFor(kdm string) []string {
 
 // variantLabels say what a kdm variant's row compares, where it is not the same work.
 var variantLabels = map[string]string{
-	"policy=kdm": "policy comparison: kdm's policy (device-list writes coalesced in the background) against the kubelet's one write per update",
+	"policy=kdm": "policy comparison: kdm's device-list writes coalesced in the background against the kubelet's one write per update",
 }
 
 // kubelet is one kubelet release under comparison: the last element of its sub-benchmarks'
@@ -343,27 +343,29 @@ func sig3(x float64) string {
 	}
 }
 
-// fastPathTable writes, per kdm row, its time with every fast path on (rs[""]) and with each
-// of paths off (rs[path]): the median over the rounds and the median of the per-round change,
-// in bold where it is 10% or more either way.
+// fastPathTable writes, per kdm row, its time with every fast path on (rs[""]), with each of
+// paths off (rs[path]) and with every path on again (rs[controlVariant]): the median over the
+// rounds and the median of the per-round change from the first, in bold where it is 10% or
+// more either way. The control's change is the noise of that row.
 func fastPathTable(rs map[string]*rounds, paths []string) string {
 	var b strings.Builder
 	b.WriteString("| kdm row (time per op) | all on |")
 	for _, p := range paths {
 		fmt.Fprintf(&b, " %s off |", p)
 	}
-	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(paths)) + "\n")
+	b.WriteString(" all on again (noise) |\n|---|---:|" + strings.Repeat("---:|", len(paths)+1) + "\n")
 	on := rs[""]
 	for _, n := range on.names {
-		fmt.Fprintf(&b, "| %s | %s |", n, duration(on.series(n).summary().median))
-		for _, p := range paths {
-			off := rs[p]
+		fmt.Fprintf(&b, "| %s | %s |", strings.TrimSuffix(n, "/kdm"), duration(on.series(n).summary().median))
+		for _, p := range append(slices.Clone(paths), controlVariant) {
 			cell := "–"
-			if ch := ratiosOf(off.values[n], on.values[n]); len(ch) > 0 {
-				pct := (ch.summary().median - 1) * 100
-				cell = fmt.Sprintf("%s (%+.0f%%)", duration(off.series(n).summary().median), pct)
-				if math.Abs(pct) >= 10 {
-					cell = "**" + cell + "**"
+			if off := rs[p]; off != nil {
+				if ch := ratiosOf(off.values[n], on.values[n]); len(ch) > 0 {
+					pct := (ch.summary().median - 1) * 100
+					cell = fmt.Sprintf("%s (%+.0f%%)", duration(off.series(n).summary().median), pct)
+					if math.Abs(pct) >= 10 {
+						cell = "**" + cell + "**"
+					}
 				}
 			}
 			fmt.Fprintf(&b, " %s |", cell)
