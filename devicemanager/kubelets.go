@@ -127,18 +127,25 @@ func Kubelet137Policy() Policy { return kubeletVersions[1].Policy }
 // the alias "kubelet" selects.
 func KubeletPolicy() Policy { return newestKubelet().Policy }
 
-// Name returns the policy name that selects p exactly ("kubelet-1.37", "kdm"), or "custom"
-// for a Policy no name selects.
+// Name returns the name of the policy whose switches p has ("kubelet-1.37", "kdm"), or
+// "custom" when no named policy has them. Durations are not compared: a named policy with
+// other deadlines (`kdm run --allocate-timeout`, `--defer-admission-timeout`) keeps its name.
 func (p Policy) Name() string {
-	if p == KDMPolicy() {
+	if p.switches() == KDMPolicy().switches() {
 		return KDMPolicyName
 	}
 	for _, v := range kubeletVersions {
-		if v.Policy == p {
+		if v.Policy.switches() == p.switches() {
 			return v.Name
 		}
 	}
 	return "custom"
+}
+
+// switches returns p with its durations zeroed: what makes it one policy or another.
+func (p Policy) switches() Policy {
+	p.DeferAdmissionTimeout, p.AllocateTimeout, p.PreferredAllocationTimeout = 0, 0, 0
+	return p
 }
 
 // IsKubelet reports whether p is one of the supported kubelets' behaviours exactly, with

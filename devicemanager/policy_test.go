@@ -151,6 +151,13 @@ func TestKubeletVersions(t *testing.T) {
 	if KDMPolicy().Name() != "kdm" || KDMPolicy().IsKubelet() || (Policy{DeferAdmission: true}).Name() != "custom" {
 		t.Errorf("kdm or a custom policy misnamed")
 	}
+	withDeadlines := KDMPolicy()
+	withDeadlines.AllocateTimeout, withDeadlines.DeferAdmissionTimeout = time.Minute, time.Hour
+	timedKubelet := Kubelet136Policy()
+	timedKubelet.AllocateTimeout = time.Second
+	if withDeadlines.Name() != "kdm" || timedKubelet.Name() != "kubelet-1.36" {
+		t.Errorf("a named policy with other deadlines is named %q and %q, want kdm and kubelet-1.36", withDeadlines.Name(), timedKubelet.Name())
+	}
 	if got, want := PolicyNames(), []string{"kubelet-1.36", "kubelet-1.37", "kdm"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("PolicyNames() = %v, want %v", got, want)
 	}
