@@ -34,7 +34,8 @@ type pageView struct {
 	Free      string       `json:"free"`
 	Countdown string       `json:"countdown"`
 	Devices   []pageDevice `json:"devices"`
-	Compact   int          `json:"compact"` // devices drawn as small squares
+	IDPrefix  string       `json:"idPrefix"` // the common start of the card's device IDs, shown once
+	Compact   int          `json:"compact"`  // devices drawn as small squares
 	Pods      []pagePod    `json:"pods"`
 	Events    []string     `json:"events"`   // kinds, newest first
 	Timeline  []pageEvent  `json:"timeline"` // the events as shown, newest first
@@ -50,6 +51,7 @@ type pageDevice struct {
 	ID     string `json:"id"`
 	Health string `json:"health"`
 	Holder string `json:"holder"`
+	Label  string `json:"label"` // the ID as the tile shows it
 }
 
 type pagePod struct {
@@ -69,7 +71,8 @@ const pageViewJS = `((resource) => {
     policy: q(document, "#policy"),
     state: r ? r.dataset.state : "",
     capacity: q(r, ".cap"), alloc: q(r, ".alloc"), free: q(r, ".free-count"), countdown: q(r, ".countdown"),
-    devices: r ? [...r.querySelectorAll(".dev")].map((d) => ({id: d.dataset.id, health: d.dataset.health, holder: d.dataset.holder})) : [],
+    devices: r ? [...r.querySelectorAll(".dev")].map((d) => ({id: d.dataset.id, health: d.dataset.health, holder: d.dataset.holder, label: q(d, ".dev-id")})) : [],
+    idPrefix: q(r, ".id-prefix code"),
     pods: [...document.querySelectorAll(".pod")].map((p) => ({pod: p.dataset.pod, phase: p.dataset.phase, text: p.textContent})),
     compact: r ? r.querySelectorAll(".grid.compact .dev").length : 0,
     events: [...document.querySelectorAll("#events li")].map((li) => li.dataset.kind || ""),
@@ -327,6 +330,19 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("the shared pod's Admitted event reads %q (found: %v), want \"admitted with 2 × nvidia.com/gpu\"", e.Text, ok)
 	}
 	assertIDsUnbroken(t, b, "desktop", allIDs)
+	// The mock GPUs' IDs differ only in their last digits: the card names their common start
+	// once, and each tile shows a label of its own that ends its ID.
+	labels := map[string]bool{}
+	for _, d := range v.Devices {
+		if v.IDPrefix == "" || !strings.HasPrefix(d.ID, v.IDPrefix) || !strings.HasPrefix(d.Label, "…") ||
+			!strings.HasSuffix(d.ID, strings.TrimPrefix(d.Label, "…")) {
+			t.Errorf("GPU %s: tile label %q with the card's prefix %q; want the prefix shown once and the rest on the tile", d.ID, d.Label, v.IDPrefix)
+		}
+		labels[d.Label] = true
+	}
+	if len(labels) != len(v.Devices) {
+		t.Errorf("%d tile labels for %d GPUs: tiles do not tell the GPUs apart", len(labels), len(v.Devices))
+	}
 	for _, d := range v.Devices {
 		if d.Health != "Healthy" {
 			t.Errorf("GPU %s shown %s, want Healthy", d.ID, d.Health)

@@ -48,6 +48,26 @@
     s = visible(s);
     return s.length > 16 ? s.slice(0, 8) + "…" + s.slice(-7) : s;
   }
+  // idPrefix is what every ID of a resource starts with, cut after its last '-' (so that a
+  // tile shows whole parts), when that is at least 8 characters and leaves something of every
+  // ID: the card shows it once and the tiles the rest, which is what tells devices apart (the
+  // mock GPUs differ only in their last digits). "" when IDs differ early, or for one device.
+  function idPrefix(ids) {
+    if (ids.length < 2) return "";
+    let p = ids[0];
+    for (const id of ids) {
+      let i = 0;
+      while (i < p.length && i < id.length && p[i] === id[i]) i++;
+      p = p.slice(0, i);
+    }
+    p = p.slice(0, p.lastIndexOf("-") + 1);
+    if (p.length < 8 || ids.some((id) => id.length === p.length)) return "";
+    return p;
+  }
+  // tileID is the ID as a tile shows it: without the resource's common prefix, shortened.
+  function tileID(id, prefix) {
+    return prefix ? "…" + shortID(id.slice(prefix.length)) : shortID(id);
+  }
   function badge(v) { return `<span class="badge" data-v="${esc(v)}">${esc(v)}</span>`; }
   function mmss(ms) {
     const s = Math.max(0, Math.ceil(ms / 1000));
@@ -107,16 +127,18 @@
       `<div><b class="bad-count">${unhealthy}</b>not healthy</div></div>`;
     if (ep.socket) html += `<div class="socket">socket ${txt(ep.socket)}</div>`;
     if (devs.length > 0) {
+      const prefix = idPrefix(devs.map((d) => d.id));
+      if (prefix) html += `<div class="id-prefix">device IDs start with <code>${txt(prefix)}</code></div>`;
       html += `<div class="legend"><span class="l-free">free</span><span class="l-held">assigned</span>` +
         `<span class="l-bad">unhealthy</span><span class="l-unknown">unknown</span></div>`;
-      html += renderDevices(r.name, devs);
+      html += renderDevices(r.name, devs, prefix);
       html += `<p class="selected-detail" data-for="${esc(r.name)}"></p>`;
     }
     return html + `</article>`;
   }
 
   // Devices grouped by NUMA node (when the plugin reports topology); layoutDevices sizes them.
-  function renderDevices(resource, devs) {
+  function renderDevices(resource, devs, prefix) {
     const groups = new Map();
     for (const d of devs) {
       const key = d.numa && d.numa.length ? "NUMA " + d.numa.join(", ") : "";
@@ -130,7 +152,7 @@
       const list = groups.get(key);
       const label = key ? `<div class="numa-label${single}">${esc(key)} · ${list.length}</div>` : "";
       return `<div class="numa">${label}<div class="grid">` +
-        list.map((d) => renderDevice(resource, d)).join("") + `</div></div>`;
+        list.map((d) => renderDevice(resource, d, prefix)).join("") + `</div></div>`;
     }).join("") + `</div>`;
   }
 
@@ -164,7 +186,7 @@
     area.style.minHeight = limit + "px";
   }
 
-  function renderDevice(resource, d) {
+  function renderDevice(resource, d, prefix) {
     const holders = (d.holders || []).map(holderText);
     const classes = ["dev"];
     if (holders.length) classes.push("held");
@@ -176,7 +198,7 @@
       .map(visible).join("\n");
     return `<div class="${classes.join(" ")}" tabindex="0" data-id="${esc(d.id)}" data-health="${esc(d.health)}"` +
       ` data-holder="${esc(holders.join("; "))}" title="${esc(title)}">` +
-      `<span class="dev-id">${esc(shortID(d.id))}</span>` +
+      `<span class="dev-id">${esc(tileID(d.id, prefix))}</span>` +
       `<span class="dev-numa">${txt(state)}</span>` +
       `<span class="dev-holder">${txt(holders.length ? holders.join(", ") : d.reserved ? "being allocated" : "free")}</span></div>`;
   }
