@@ -43,11 +43,11 @@ type Config struct {
 	// DefaultGracePeriod; negative is invalid.
 	GracePeriod time.Duration
 
-	// Endpoint carries the dial and RPC deadlines used for every plugin; its zero fields mean
-	// what endpoint.Config documents, except that zero AllocateTimeout and
-	// PreferredAllocationTimeout take Policy's. Its Clock must be nil: endpoints run on Clock,
-	// so that stop times and grace periods are measured by one clock. Its zero Logger means
-	// Logger.
+	// Endpoint carries the dial, options and PreStartContainer deadlines and the message size
+	// used for every plugin; its zero fields mean what endpoint.Config documents. Its
+	// AllocateTimeout and PreferredAllocationTimeout must be zero: those deadlines are
+	// Policy's, set there in one place. Its Clock must be nil: endpoints run on Clock, so that
+	// stop times and grace periods are measured by one clock. Its zero Logger means Logger.
 	Endpoint endpoint.Config
 
 	// Clock drives grace periods and stop times. Default: the real clock.
@@ -156,9 +156,8 @@ type Policy struct {
 
 	// AllocateTimeout and PreferredAllocationTimeout bound each Allocate and
 	// GetPreferredAllocation RPC to a plugin. Zero means no deadline beyond the caller's
-	// context, as in the kubelet (kubernetes #117435, #129249); negative is invalid. They are
-	// the defaults of Config.Endpoint's fields of the same names: a deadline set there (non-zero)
-	// wins over the policy's, so to run KDMPolicy without a deadline, zero the policy's field.
+	// context, as in the kubelet (kubernetes #117435, #129249); negative is invalid. This is
+	// the one place these deadlines are set: to run KDMPolicy without one, zero its field.
 	AllocateTimeout            time.Duration
 	PreferredAllocationTimeout time.Duration
 }
@@ -207,13 +206,9 @@ func (c Config) withDefaults() Config {
 	if c.Policy.DeferAdmission && c.Policy.DeferAdmissionTimeout == 0 {
 		c.Policy.DeferAdmissionTimeout = DefaultDeferAdmissionTimeout
 	}
-	// The endpoint's own RPC deadlines win; where unset, the policy's apply.
-	if c.Endpoint.AllocateTimeout == 0 {
-		c.Endpoint.AllocateTimeout = c.Policy.AllocateTimeout
-	}
-	if c.Endpoint.PreferredAllocationTimeout == 0 {
-		c.Endpoint.PreferredAllocationTimeout = c.Policy.PreferredAllocationTimeout
-	}
+	// The plugin RPC deadlines are the policy's (Validate makes sure the endpoint's are unset).
+	c.Endpoint.AllocateTimeout = c.Policy.AllocateTimeout
+	c.Endpoint.PreferredAllocationTimeout = c.Policy.PreferredAllocationTimeout
 	c.Endpoint.Clock = c.Clock // Validate makes sure it was nil
 	if c.Endpoint.Logger.GetSink() == nil {
 		c.Endpoint.Logger = c.Logger
@@ -241,6 +236,9 @@ func (c Config) Validate() error {
 	}
 	if c.Endpoint.Clock != nil {
 		errs = append(errs, errors.New("endpoint clock must be nil: endpoints use the manager's Clock"))
+	}
+	if c.Endpoint.AllocateTimeout != 0 || c.Endpoint.PreferredAllocationTimeout != 0 {
+		errs = append(errs, errors.New("endpoint AllocateTimeout and PreferredAllocationTimeout must be zero: set Policy.AllocateTimeout and Policy.PreferredAllocationTimeout"))
 	}
 	if c.Policy.DeferAdmissionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("defer admission timeout must not be negative: %v", c.Policy.DeferAdmissionTimeout))

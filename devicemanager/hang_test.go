@@ -8,14 +8,13 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
-	"github.com/kdm-project/kdm/endpoint"
 )
 
 // TestHungPluginDoesNotBlockOthers: while one plugin hangs in Allocate, pods asking for another
 // resource are admitted (no lock is held across the RPC), and the Allocate deadline ends the
 // hung admission with an error that leaves nothing reserved.
 func TestHungPluginDoesNotBlockOthers(t *testing.T) {
-	f := newAllocFixture(t, Config{Endpoint: endpoint.Config{AllocateTimeout: 5 * time.Second}})
+	f := newAllocFixture(t, Config{Policy: Policy{AllocateTimeout: 5 * time.Second}})
 	hung := f.plugin("example.com/slow", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "s0"))
 	f.plugin("example.com/fast", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "f0"))
 	hung.SetFaults(deviceplugin.Faults{HangAllocate: true})

@@ -44,37 +44,35 @@ func TestParsePolicy(t *testing.T) {
 }
 
 // TestPolicyRPCDeadlines: KDMPolicy carries the plugin RPC deadlines that `kdm run --policy kdm`
-// applies, the kubelet policy carries none, and a deadline set on Config.Endpoint wins over the
-// policy's.
+// applies, the kubelet policies carry none, a custom policy's are used as given, and the
+// endpoints get exactly the policy's: it is the one place they are set.
 func TestPolicyRPCDeadlines(t *testing.T) {
 	for _, tc := range []struct {
 		name                 string
 		policy               Policy
-		endpoint             endpoint.Config
 		wantAlloc, wantPrefd time.Duration
 	}{
-		{name: "kubelet", policy: KubeletPolicy()},
+		{name: "kubelet-1.36", policy: Kubelet136Policy()},
+		{name: "kubelet-1.37", policy: Kubelet137Policy()},
 		{name: "kdm", policy: KDMPolicy(),
 			wantAlloc: endpoint.RecommendedAllocateTimeout, wantPrefd: endpoint.RecommendedPreferredAllocationTimeout},
-		{name: "kdm, endpoint set", policy: KDMPolicy(),
-			endpoint:  endpoint.Config{AllocateTimeout: 3 * time.Second, PreferredAllocationTimeout: time.Second},
-			wantAlloc: 3 * time.Second, wantPrefd: time.Second},
-		{name: "kdm, one endpoint deadline set", policy: KDMPolicy(),
-			endpoint:  endpoint.Config{PreferredAllocationTimeout: time.Second},
-			wantAlloc: endpoint.RecommendedAllocateTimeout, wantPrefd: time.Second},
-		{name: "kubelet, endpoint set", policy: KubeletPolicy(),
-			endpoint:  endpoint.Config{AllocateTimeout: 3 * time.Second},
-			wantAlloc: 3 * time.Second},
-		{name: "custom policy", policy: Policy{AllocateTimeout: 7 * time.Second},
-			wantAlloc: 7 * time.Second},
+		{name: "custom policy", policy: Policy{AllocateTimeout: 7 * time.Second, PreferredAllocationTimeout: time.Second},
+			wantAlloc: 7 * time.Second, wantPrefd: time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := Config{Policy: tc.policy, Endpoint: tc.endpoint}.withDefaults()
+			cfg := Config{Policy: tc.policy}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			c := cfg.withDefaults()
 			if c.Endpoint.AllocateTimeout != tc.wantAlloc || c.Endpoint.PreferredAllocationTimeout != tc.wantPrefd {
 				t.Errorf("endpoint deadlines Allocate %v, GetPreferredAllocation %v; want %v, %v",
 					c.Endpoint.AllocateTimeout, c.Endpoint.PreferredAllocationTimeout, tc.wantAlloc, tc.wantPrefd)
 			}
 		})
+	}
+	if err := (Config{Policy: KDMPolicy(), Endpoint: endpoint.Config{AllocateTimeout: time.Second}}).Validate(); err == nil {
+		t.Errorf("a deadline on Config.Endpoint was accepted beside the policy's")
 	}
 }
 
