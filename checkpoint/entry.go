@@ -38,9 +38,6 @@ type Registered struct {
 	IDs  []string
 	text atomic.Pointer[cachedText]
 	sum  cachedSum
-	// from is the pair whose text the first encoding splices (NewRegisteredFrom); it is let
-	// go of then.
-	from atomic.Pointer[Registered]
 }
 
 // NewRegistered returns the pair resource: ids. ids is shared, not copied.
@@ -78,12 +75,6 @@ func (e *Entry) encoded() *cachedText {
 func (r *Registered) encoded() *cachedText {
 	if t := r.text.Load(); t != nil {
 		return t
-	}
-	if prev := r.from.Swap(nil); prev != nil {
-		if t := spliceRegistered(r, prev); t != nil {
-			r.text.Store(t)
-			return t
-		}
 	}
 	var w jsonWriter
 	b := w.str(make([]byte, 0, regSizeHint(map[string][]string{r.Resource: r.IDs})), r.Resource)

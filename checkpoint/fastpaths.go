@@ -16,9 +16,6 @@ const (
 	// offDelta rewrites the whole spare instead of leaving in place the leading bytes it
 	// already holds (sharedPrefix is 0).
 	offDelta
-	// offSplice encodes a registered device list afresh instead of splicing it from the
-	// previous list's text (NewRegisteredFrom is NewRegistered).
-	offSplice
 	// offBase64 encodes and decodes AllocResp with encoding/base64 instead of the tables.
 	offBase64
 	// offSummed parses a large file, then hashes it, instead of hashing its entries on a

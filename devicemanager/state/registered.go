@@ -75,7 +75,7 @@ func (c *registeredCache) get(name string, healthy sets.Set[string]) *checkpoint
 		return c.last
 	}
 	if ids, same := c.update(healthy); !same {
-		c.base = checkpoint.NewRegisteredFrom(name, ids, c.base)
+		c.base = checkpoint.NewRegistered(name, ids)
 	}
 	c.last = c.base
 	c.fresh, c.touched, c.untracked = true, nil, false
