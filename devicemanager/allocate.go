@@ -8,9 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // Allocate assigns devices to one container of a pod being admitted. Callers admit a pod's
@@ -26,46 +25,23 @@ import (
 // at any step releases every reservation of the call and records nothing. A device reserved
 // by an allocation in flight is never handed to another container, whatever runs concurrently.
 func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
-	podUID := string(pod.UID)
-	m.mu.Lock()
-	reuse := m.st.ReusePool(podUID)
-	m.mu.Unlock()
-
-	if err := m.allocateContainer(ctx, pod, container, reuse); err != nil {
-		return err
-	}
-
-	m.mu.Lock()
-	m.st.ContainerAllocated(podUID, container.Name, isRegularInitContainer(pod, container.Name))
-	m.mu.Unlock()
-	return nil
+	return m.allocateContainer(ctx, pod, container)
 }
 
-// pick is what one resource of a container will receive.
-type pick struct {
-	resource string
-	ids      sets.Set[string]
-	devices  checkpoint.DevicesPerNUMA
-	resp     *pluginapi.ContainerAllocateResponse
-}
-
-// allocateContainer runs the per-container algorithm: select devices per resource, call the
-// plugin's Allocate, and commit everything, with the checkpoint write, or nothing.
-func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, reuse map[string]sets.Set[string]) error {
-	podUID := string(pod.UID)
-	var picks []*pick
-	release := func() {
-		m.mu.Lock()
-		for _, p := range picks {
-			m.st.Release(p.resource, p.ids)
-		}
-		m.mu.Unlock()
-	}
+// allocateContainer runs the per-container steps in the order state.ContainerSteps gives them,
+// the order the simulator (package explore) runs too: select devices per resource, call the
+// plugin's Allocate, and commit everything, with the checkpoint write, or nothing. mu is held
+// only while the steps read and change the state, never across an RPC, a wait or the write.
+func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Container) error {
+	demands := containerDemands(pod, c)
+	m.mu.Lock()
+	steps := m.st.NewContainerSteps(string(pod.UID), c.Name, isRegularInitContainer(pod, c.Name), demands)
+	m.mu.Unlock()
 	// Garbage collection runs once, before the first device-plugin resource is selected. What
 	// it removed reaches the disk with this allocation's checkpoint write; every way out that
 	// does not make that write, and every wait, writes it first (persistCollected), so a crash
 	// cannot bring a removed pod's devices back for longer than one Allocate call.
-	gcDone, collected := false, false
+	collected := false
 	persistCollected := func() {
 		if collected {
 			collected = false
@@ -73,91 +49,74 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		}
 	}
 	defer persistCollected()
+	for {
+		m.mu.Lock()
+		s := steps.Next(m.st)
+		m.mu.Unlock()
+		switch s.Kind {
+		case state.StepDone:
+			return s.Err // on a failed write, persistCollected tries again for the removals
+		case state.StepPassOver:
+		case state.StepAwaitUnknown:
+			persistCollected() // the resource may be waited for
+			steps.Served(m.awaitUnknownResource(ctx, pod, c.Name, s.Resource))
+		case state.StepCollect:
+			collected = m.collectInactivePods()
+		case state.StepSelect:
+			steps.Selected(m.devicesToAllocateWithDeferral(ctx, pod, c.Name, s.Resource, s.Required, s.Reusable, persistCollected))
+		case state.StepAllocate:
+			steps.Allocated(m.callAllocate(ctx, s.Pick))
+		case state.StepWrite:
+			err := m.writeCheckpoint()
+			if err == nil {
+				collected = false // written with the allocation
+				m.log.V(3).Info("Allocated devices to container", "pod", klog.KObj(pod), "containerName", c.Name, "resources", len(steps.Picks()))
+			}
+			steps.Written(err)
+		}
+	}
+}
+
+// containerDemands lists the container's resources in name order, leaving out those a DRA
+// claim serves.
+func containerDemands(pod *v1.Pod, c *v1.Container) []state.Demand {
+	demands := make([]state.Demand, 0, len(c.Resources.Limits))
 	for _, res := range sortedLimitNames(c) {
-		qty := c.Resources.Limits[v1.ResourceName(res)]
 		if isDRAMapped(pod, c.Name, res) {
 			continue
 		}
-		m.mu.Lock()
-		plugin := m.st.IsDevicePluginResource(res)
-		m.mu.Unlock()
-		if !plugin && qty.Value() > 0 && isExtendedResourceName(res) {
-			persistCollected() // the resource may be waited for
-			served, err := m.awaitUnknownResource(ctx, pod, c.Name, res)
-			if err != nil {
-				release()
-				return err
-			}
-			plugin = served
-		}
-		if !plugin {
-			continue
-		}
-		if !gcDone {
-			collected = m.collectInactivePods()
-			gcDone = true
-		}
-		ids, err := m.devicesToAllocateWithDeferral(ctx, pod, c.Name, res, int(qty.Value()), reuse[res], persistCollected)
-		if err != nil {
-			release()
-			return err
-		}
-		if ids.Len() == 0 {
-			continue
-		}
-		p := &pick{resource: res, ids: ids}
-		picks = append(picks, p)
-		if err := m.callAllocate(ctx, p); err != nil {
-			release()
-			return err
-		}
+		qty := c.Resources.Limits[v1.ResourceName(res)]
+		demands = append(demands, state.Demand{Resource: res, Required: int(qty.Value()),
+			Awaitable: qty.Value() > 0 && isExtendedResourceName(res)})
 	}
-	if len(picks) == 0 {
-		return nil
-	}
-	m.mu.Lock()
-	committed := make([]string, 0, len(picks))
-	for _, p := range picks {
-		m.st.Commit(podUID, c.Name, p.resource, p.ids, p.devices, p.resp)
-		committed = append(committed, p.resource)
-	}
-	m.mu.Unlock()
-	if err := m.writeCheckpoint(); err != nil {
-		m.mu.Lock()
-		m.st.Uncommit(podUID, c.Name, committed)
-		m.mu.Unlock()
-		return err // persistCollected tries again for the removals
-	}
-	collected = false // written with the allocation
-	m.log.V(3).Info("Allocated devices to container", "pod", klog.KObj(pod), "containerName", c.Name, "resources", len(picks))
-	return nil
+	return demands
 }
 
-// callAllocate asks the resource's plugin to allocate p.ids and fills in the response and the
+// callAllocate asks the resource's plugin to allocate p.IDs and fills in the response and the
 // per-NUMA record. No lock is held during the RPC.
-func (m *Manager) callAllocate(ctx context.Context, p *pick) error {
+func (m *Manager) callAllocate(ctx context.Context, p *state.Pick) error {
 	m.mu.Lock()
-	info, ok := m.endpoints[p.resource]
+	info, ok := m.endpoints[p.Resource]
 	if !ok {
 		m.mu.Unlock()
-		return fmt.Errorf("unknown Device Plugin %s", p.resource)
+		return fmt.Errorf("unknown Device Plugin %s", p.Resource)
 	}
-	devs, missing, ok := m.st.DevicesPerNUMA(p.resource, p.ids)
+	devs, missing, ok := m.st.DevicesPerNUMA(p.Resource, p.IDs)
 	m.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("device %s of resource %s is no longer reported by its plugin", missing, p.resource)
+		return fmt.Errorf("device %s of resource %s is no longer reported by its plugin", missing, p.Resource)
 	}
 
 	start := m.cfg.Clock.Now()
-	resp, err := info.ep.Allocate(ctx, sets.List(p.ids))
-	m.metrics.allocDuration.WithLabelValues(p.resource).Observe(m.cfg.Clock.Since(start).Seconds())
+	resp, err := info.ep.Allocate(ctx, sets.List(p.IDs))
+	m.metrics.allocDuration.WithLabelValues(p.Resource).Observe(m.cfg.Clock.Since(start).Seconds())
 	if err != nil {
 		return err
 	}
 	if len(resp.ContainerResponses) == 0 {
 		return fmt.Errorf("no containers return in allocation response %v", resp)
 	}
-	p.devices, p.resp = devs, resp.ContainerResponses[0]
+	p.Devices, p.Response = devs, resp.ContainerResponses[0]
 	return nil
 }
 

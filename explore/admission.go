@@ -9,25 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager/state"
 )
-
-type stage int
-
-const (
-	stageSelect   stage = iota // choose and reserve the next resource's devices
-	stageAllocate              // ask the plugin to allocate the last pick
-	stageCommit                // record the container's picks and write the checkpoint
-)
-
-// pick is one resource's reserved devices, and once the plugin answered, its answer.
-type pick struct {
-	resource string
-	ids      sets.Set[string]
-	devices  checkpoint.DevicesPerNUMA
-	resp     *pluginapi.ContainerAllocateResponse
-}
 
 type waitKind int
 
@@ -37,16 +20,16 @@ const (
 	waitUnknown            // Policy.DeferAdmission: no plugin has registered the resource yet
 )
 
-// admission is one pod's admission in flight: its containers in order, one step at a time,
-// as Manager.Allocate runs them. Each step ends at a boundary where the manager may crash.
+// admission is one pod's admission in flight: its containers in order, each through the
+// manager's own steps (state.ContainerSteps), one simulator step at a time. Each simulator
+// step ends at a boundary where the manager may crash: after a selection, a plugin's
+// Allocate, a resource passed over, a container's commit and checkpoint write, or the start
+// of a wait.
 type admission struct {
 	pod     *simPod
-	readmit bool // started by a restart
-	ci, ri  int  // container, and resource within it (sorted), to do next
-	stage   stage
-	reuse   map[string]sets.Set[string]
-	gcDone  bool
-	picks   []*pick
+	readmit bool                  // started by a restart
+	ci      int                   // the container to do next
+	steps   *state.ContainerSteps // the container's allocation; nil until its first step
 
 	wait       waitKind
 	waitRes    string
@@ -56,14 +39,28 @@ type admission struct {
 
 func (a *admission) container() *simContainer { return &a.pod.containers[a.ci] }
 
-func (a *admission) resources() []string {
+// demands are the container's resources in name order; every simulated resource is an
+// extended one.
+func (a *admission) demands() []state.Demand {
 	c := a.container()
-	out := make([]string, 0, len(c.requests))
+	names := make([]string, 0, len(c.requests))
 	for r := range c.requests {
-		out = append(out, r)
+		names = append(names, r)
 	}
-	sort.Strings(out)
+	sort.Strings(names)
+	out := make([]state.Demand, 0, len(names))
+	for _, r := range names {
+		out = append(out, state.Demand{Resource: r, Required: c.requests[r], Awaitable: c.requests[r] > 0})
+	}
 	return out
+}
+
+// picks are the resources the admission's current container holds reservations of.
+func (a *admission) picks() []*state.Pick {
+	if a.steps == nil {
+		return nil
+	}
+	return a.steps.Picks()
 }
 
 // runnable reports whether the admission can take a step now: it is not waiting, or what it
@@ -87,73 +84,86 @@ func (w *world) served(res string) bool {
 	return w.st.IsDevicePluginResource(res) && !w.st.AwaitingPlugin(res, w.now, w.grace())
 }
 
-// step runs the admission's next step.
+// step runs the admission's next simulator step: the container's steps, as the manager runs
+// them, up to the next boundary.
 func (w *world) step(a *admission) {
 	p := a.pod
 	if a.ci == len(p.containers) {
 		w.admitted(a)
 		return
 	}
-	switch a.stage {
-	case stageSelect:
-		w.stepSelect(a)
-	case stageAllocate:
-		w.stepAllocate(a)
-	case stageCommit:
-		w.stepCommit(a)
+	c := a.container()
+	if a.steps == nil {
+		a.steps = w.st.NewContainerSteps(p.uid, c.name, c.regularInit, a.demands())
+	}
+	for {
+		s := a.steps.Next(w.st)
+		switch s.Kind {
+		case state.StepDone:
+			if s.Err != nil {
+				w.reject(a, s.Resource, s.Err.Error())
+				return
+			}
+			a.ci, a.steps = a.ci+1, nil
+			return
+		case state.StepPassOver:
+			return
+		case state.StepAwaitUnknown:
+			if a.wait == waitUnknown {
+				a.wait = notWaiting
+				served := w.served(s.Resource)
+				if !served {
+					w.note("%s: no plugin registered %s within the window; admitted without its devices", p.name, s.Resource)
+				}
+				a.steps.Served(served, nil)
+				continue
+			}
+			if w.waitForUnknown(a, s.Resource) {
+				return
+			}
+			a.steps.Served(false, nil)
+		case state.StepCollect:
+			w.gc()
+		case state.StepSelect:
+			ids, err, waiting := w.selectDevices(a, s)
+			if waiting {
+				return
+			}
+			a.steps.Selected(ids, err)
+			if err == nil {
+				return
+			}
+		case state.StepAllocate:
+			err := w.allocate(s.Pick)
+			a.steps.Allocated(err)
+			if err == nil {
+				return
+			}
+		case state.StepWrite:
+			w.writeCheckpoint()
+			a.steps.Written(nil)
+		}
 	}
 }
 
-func (w *world) stepSelect(a *admission) {
-	p, c := a.pod, a.container()
-	resources := a.resources()
-	if a.ri == 0 && a.reuse == nil {
-		a.reuse = w.st.ReusePool(p.uid)
-	}
-	if a.ri == len(resources) {
-		a.stage = stageCommit
-		w.stepCommit(a)
-		return
-	}
-	res := resources[a.ri]
-	if a.wait == waitUnknown {
-		if !w.served(res) {
-			a.wait = notWaiting
-			w.note("%s: no plugin registered %s within the window; admitted without its devices", p.name, res)
-			a.ri++
-			return
-		}
-		a.wait = notWaiting
-	} else if !w.st.IsDevicePluginResource(res) && c.requests[res] > 0 {
-		if w.waitForUnknown(a, res) {
-			return
-		}
-		if !w.st.IsDevicePluginResource(res) {
-			a.ri++
-			return
-		}
-	}
-	if !w.st.IsDevicePluginResource(res) {
-		a.ri++
-		return
-	}
-	if !a.gcDone {
-		w.gc()
-		a.gcDone = true
-	}
+// selectDevices is devicesToAllocateWithDeferral: Select, and with Policy.DeferAdmission a
+// wait for a plugin that is not back yet, up to the deferral timeout. It reports waiting when
+// the admission waits now.
+func (w *world) selectDevices(a *admission, s state.Step) (ids sets.Set[string], err error, waiting bool) {
+	p, c, res := a.pod, a.container(), s.Resource
 	if a.wait == waitNoHealthy {
 		if w.st.AwaitingPlugin(res, w.now, w.grace()) {
 			if !w.now.Before(a.waitUntil) {
-				w.reject(a, res, fmt.Sprintf("%v; cannot allocate unhealthy devices %s (waited %v for the device plugin to register)",
-					state.ErrNoHealthyDevices, res, w.policy.DeferAdmissionTimeout))
+				return nil, fmt.Errorf("%w; cannot allocate unhealthy devices %s (waited %v for the device plugin to register)",
+					state.ErrNoHealthyDevices, res, w.policy.DeferAdmissionTimeout), false
 			}
-			return
+			return nil, nil, true
 		}
 		a.wait = notWaiting
 	}
-	req := state.Request{PodUID: p.uid, Container: c.name, Resource: res, Required: c.requests[res],
-		Reusable: a.reuse[res], SourcesReady: w.sourcesReady}
-	ids, _, err := w.st.Select(req, w.preferred(res))
+	req := state.Request{PodUID: p.uid, Container: c.name, Resource: res, Required: s.Required,
+		Reusable: s.Reusable, SourcesReady: w.sourcesReady}
+	ids, _, err = w.st.Select(req, w.preferred(res))
 	if err != nil {
 		if w.policy.DeferAdmission && errors.Is(err, state.ErrNoHealthyDevices) && w.st.AwaitingPlugin(res, w.now, w.grace()) {
 			a.wait, a.waitRes, a.waitUntil = waitNoHealthy, res, w.now.Add(w.policy.DeferAdmissionTimeout)
@@ -161,20 +171,14 @@ func (w *world) stepSelect(a *admission) {
 			a.wasStopped = a.wasStopped || stopped
 			p.phase = podWaiting
 			w.note("%s waiting for its device plugin (deferred admission)", p.name)
-			return
+			return nil, nil, true
 		}
 		if a.wasStopped && w.st.GraceOver(res, w.now, w.grace()) {
 			err = fmt.Errorf("%w (the device plugin did not register again within the %v grace period; the resource is removed)", err, w.grace())
 		}
-		w.reject(a, res, err.Error())
-		return
+		return nil, err, false
 	}
-	if ids.Len() == 0 {
-		a.ri++
-		return
-	}
-	a.picks = append(a.picks, &pick{resource: res, ids: ids})
-	a.stage = stageAllocate
+	return ids, nil, false
 }
 
 // waitForUnknown is awaitUnknownResource: with DeferAdmission, a container asking for a
@@ -232,42 +236,25 @@ func (w *world) pluginServing(res string) *simPlugin {
 	return nil
 }
 
-func (w *world) stepAllocate(a *admission) {
-	pk := a.picks[len(a.picks)-1]
-	p := w.pluginServing(pk.resource)
+// allocate is the plugin's Allocate as callAllocate makes it.
+func (w *world) allocate(pk *state.Pick) error {
+	p := w.pluginServing(pk.Resource)
 	if p == nil {
-		w.reject(a, pk.resource, fmt.Sprintf("rpc error: code = Unavailable desc = the device plugin of %s is not running", pk.resource))
-		return
+		return fmt.Errorf("rpc error: code = Unavailable desc = the device plugin of %s is not running", pk.Resource)
 	}
-	devs, missing, ok := w.st.DevicesPerNUMA(pk.resource, pk.ids)
+	devs, missing, ok := w.st.DevicesPerNUMA(pk.Resource, pk.IDs)
 	if !ok {
-		w.reject(a, pk.resource, fmt.Sprintf("device %s of resource %s is no longer reported by its plugin", missing, pk.resource))
-		return
+		return fmt.Errorf("device %s of resource %s is no longer reported by its plugin", missing, pk.Resource)
 	}
 	if p.faults.FailAllocate {
-		w.reject(a, pk.resource, "rpc error: code = Unknown desc = injected Allocate failure")
-		return
+		return errors.New("rpc error: code = Unknown desc = injected Allocate failure")
 	}
-	pk.devices = devs
-	pk.resp = &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
-		"KDM_DEVICES":  sortedIDs(pk.ids),
-		"KDM_INSTANCE": fmt.Sprint(w.current[pk.resource]),
+	pk.Devices = devs
+	pk.Response = &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
+		"KDM_DEVICES":  sortedIDs(pk.IDs),
+		"KDM_INSTANCE": fmt.Sprint(w.current[pk.Resource]),
 	}}
-	a.ri++
-	a.stage = stageSelect
-}
-
-func (w *world) stepCommit(a *admission) {
-	p, c := a.pod, a.container()
-	if len(a.picks) > 0 {
-		for _, pk := range a.picks {
-			w.st.Commit(p.uid, c.name, pk.resource, pk.ids, pk.devices, pk.resp)
-		}
-		w.writeCheckpoint()
-	}
-	w.st.ContainerAllocated(p.uid, c.name, c.regularInit)
-	a.picks = nil
-	a.ci, a.ri, a.stage, a.reuse, a.gcDone = a.ci+1, 0, stageSelect, nil, false
+	return nil
 }
 
 // admitted finishes the admission: the pod runs, and the embedder records its assignments.
@@ -301,11 +288,8 @@ func (w *world) admitted(a *admission) {
 	w.removeAdmission(a)
 }
 
+// reject ends the admission with the pod rejected; its steps have released what they held.
 func (w *world) reject(a *admission, res, reason string) {
-	for _, pk := range a.picks {
-		w.st.Release(pk.resource, pk.ids)
-	}
-	a.picks = nil
 	p := a.pod
 	msg := "UnexpectedAdmissionError: Allocate failed due to " + reason + ", which is unexpected"
 	heldBefore := false

@@ -235,8 +235,8 @@ func (w *world) apply(e *Event) {
 		}
 		for _, a := range w.admissions {
 			if a.pod == p {
-				for _, pk := range a.picks {
-					w.st.Release(pk.resource, pk.ids)
+				if a.steps != nil {
+					a.steps.Abandon(w.st)
 				}
 				w.removeAdmission(a)
 				break

@@ -35,10 +35,10 @@ func (w *world) fingerprint(extra string) uint64 {
 		}
 	}
 	for _, a := range w.admissions {
-		fmt.Fprintf(h, "admission %s readmit=%v %d/%d stage=%d gc=%v wait=%d %s %d stopped=%v reuse=%v picks=", a.pod.name, a.readmit,
-			a.ci, a.ri, a.stage, a.gcDone, a.wait, a.waitRes, a.waitUntil.UnixNano(), a.wasStopped, describeSets(a.reuse))
-		for _, pk := range a.picks {
-			fmt.Fprintf(h, "%s:%v:%v:%s;", pk.resource, sets.List(pk.ids), pk.devices, respFingerprint(pk.resp))
+		fmt.Fprintf(h, "admission %s readmit=%v %d steps=%v wait=%d %s %d stopped=%v picks=", a.pod.name, a.readmit,
+			a.ci, a.steps, a.wait, a.waitRes, a.waitUntil.UnixNano(), a.wasStopped)
+		for _, pk := range a.picks() {
+			fmt.Fprintf(h, "%s:%v:%v:%s;", pk.Resource, sets.List(pk.IDs), pk.Devices, respFingerprint(pk.Response))
 		}
 		fmt.Fprintln(h)
 	}
@@ -52,12 +52,4 @@ func (w *world) fingerprint(extra string) uint64 {
 		io.WriteString(h, w.late.Error())
 	}
 	return h.Sum64()
-}
-
-func describeSets(m map[string]sets.Set[string]) string {
-	out := ""
-	for _, k := range state.SortedKeys(m) {
-		out += fmt.Sprintf("%s=%v;", k, sets.List(m[k]))
-	}
-	return out
 }

@@ -356,7 +356,7 @@ func (w *world) closeSocket(p *simPlugin, socket int) {
 // and its commit.
 func (w *world) busy() bool {
 	for _, a := range w.admissions {
-		if len(a.picks) > 0 {
+		if len(a.picks()) > 0 {
 			return true
 		}
 	}
