@@ -14,6 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 func TestMain(m *testing.M) {
@@ -85,13 +86,13 @@ func (f *fixture) runWith(cfg Config) (*Agent, func()) {
 	return a, stop
 }
 
-func (f *fixture) plugin(ids ...string) *deviceplugin.Plugin {
+func (f *fixture) plugin(ids ...string) *plugintest.Plugin {
 	f.t.Helper()
 	var devs []*pluginapi.Device
 	for _, id := range ids {
 		devs = append(devs, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
 	}
-	p, err := deviceplugin.New(deviceplugin.Config{ResourceName: "example.com/gpu", PluginDir: f.plugins, Devices: devs,
+	p, err := plugintest.New(deviceplugin.Config{ResourceName: "example.com/gpu", PluginDir: f.plugins, Devices: devs,
 		Logger: ktesting.NewLogger(f.t, ktesting.NewConfig(ktesting.Verbosity(1)))})
 	if err != nil {
 		f.t.Fatal(err)

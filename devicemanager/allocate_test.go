@@ -14,6 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // podList is a concurrency-safe set of active pods for Sources.
@@ -71,11 +72,11 @@ type allocFixture struct {
 	dir     string
 	m       *Manager
 	pods    *podList
-	plugins []*deviceplugin.Plugin
+	plugins []*plugintest.Plugin
 }
 
 // pluginsStopped returns the fixture's plugins (to stop them before a restart).
-func (f *allocFixture) pluginsStopped() []*deviceplugin.Plugin { return f.plugins }
+func (f *allocFixture) pluginsStopped() []*plugintest.Plugin { return f.plugins }
 
 func newAllocFixture(t *testing.T, cfg Config) *allocFixture {
 	f := &allocFixture{t: t, dir: shortDir(t), pods: newPodList()}
@@ -83,7 +84,7 @@ func newAllocFixture(t *testing.T, cfg Config) *allocFixture {
 	return f
 }
 
-func (f *allocFixture) plugin(res string, opts *pluginapi.DevicePluginOptions, devs []*pluginapi.Device, mutate ...func(*deviceplugin.Config)) *deviceplugin.Plugin {
+func (f *allocFixture) plugin(res string, opts *pluginapi.DevicePluginOptions, devs []*pluginapi.Device, mutate ...func(*deviceplugin.Config)) *plugintest.Plugin {
 	f.t.Helper()
 	healthy := 0
 	for _, d := range devs {
@@ -348,15 +349,15 @@ func TestFailedAllocationLeavesNoTrace(t *testing.T) {
 	nic := "example.com/nic"
 	pn := f.plugin(nic, &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "n1"))
 
-	p.SetFaults(deviceplugin.Faults{PreferredErr: errors.New("gpu fell off the bus")})
+	p.SetFaults(plugintest.Faults{PreferredErr: errors.New("gpu fell off the bus")})
 	err := f.admit(testPod("a", container("c", map[string]int64{gpu: 1})))
 	if err == nil || !strings.Contains(err.Error(), "device plugin GetPreferredAllocation rpc failed with err:") {
 		t.Fatalf("admit with failing GetPreferredAllocation: %v", err)
 	}
-	p.SetFaults(deviceplugin.Faults{})
+	p.SetFaults(plugintest.Faults{})
 
 	// Two resources; the second one's Allocate fails: the first must be rolled back too.
-	pn.SetFaults(deviceplugin.Faults{AllocateErr: errors.New("nic busy")})
+	pn.SetFaults(plugintest.Faults{AllocateErr: errors.New("nic busy")})
 	pod := testPod("b", container("c", map[string]int64{gpu: 2, nic: 1}))
 	if err := f.admit(pod); err == nil {
 		t.Fatalf("admit with a failing Allocate succeeded")
@@ -370,7 +371,7 @@ func TestFailedAllocationLeavesNoTrace(t *testing.T) {
 	if pending != 0 || allocated != 0 {
 		t.Fatalf("after failures: %d pending reservations, %d allocated", pending, allocated)
 	}
-	pn.SetFaults(deviceplugin.Faults{})
+	pn.SetFaults(plugintest.Faults{})
 	if err := f.admit(testPod("c", container("c", map[string]int64{gpu: 2, nic: 1}))); err != nil {
 		t.Fatalf("devices leaked by earlier failures: %v", err)
 	}
@@ -379,7 +380,7 @@ func TestFailedAllocationLeavesNoTrace(t *testing.T) {
 func TestPreferredAllocationFallback(t *testing.T) {
 	f := newAllocFixture(t, Config{Policy: Policy{PreferredAllocationFallback: true}})
 	p := f.plugin(gpu, &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, devices(pluginapi.Healthy, "g1", "g2"))
-	p.SetFaults(deviceplugin.Faults{PreferredErr: errors.New("nvml error")})
+	p.SetFaults(plugintest.Faults{PreferredErr: errors.New("nvml error")})
 	pod := testPod("a", container("c", map[string]int64{gpu: 1}))
 	if err := f.admit(pod); err != nil {
 		t.Fatalf("with fallback, a failing GetPreferredAllocation failed admission: %v", err)

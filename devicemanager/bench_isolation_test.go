@@ -10,6 +10,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // Resources of the isolation benchmarks: the GPU pods are admitted; the other resource hangs
@@ -51,7 +52,7 @@ func benchAdmissionBeside(b *testing.B, policy Policy, beside string) {
 	switch beside {
 	case "hanging-allocate":
 		p := testPlugin(b, dir, hangingResource, "hanging.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "h0"))
-		p.SetFaults(deviceplugin.Faults{HangAllocate: true})
+		p.SetFaults(plugintest.Faults{HangAllocate: true})
 		waitFor(b, m, "the hanging resource", func() bool { return capacityIs(m, hangingResource, 1, 1) })
 		hctx, cancel := context.WithCancel(ctx)
 		stuck := testPod("stuck", container("c", map[string]int64{hangingResource: 1}))
@@ -64,7 +65,7 @@ func benchAdmissionBeside(b *testing.B, policy Policy, beside string) {
 		})
 		wctx, wcancel := context.WithTimeout(ctx, waitTimeout)
 		defer wcancel()
-		if err := p.WaitForCalls(wctx, func(c deviceplugin.Calls) bool { return len(c.Allocate) == 1 }); err != nil {
+		if err := p.WaitForCalls(wctx, func(c plugintest.Calls) bool { return len(c.Allocate) == 1 }); err != nil {
 			b.Fatalf("the hanging plugin never saw Allocate: %v", err)
 		}
 	case "devices=1000000", "devices=1000000+polled":

@@ -7,7 +7,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // TestHangingAllocateDelaysNoOtherResource: under each policy (the kubelet's has no Allocate
@@ -24,7 +24,7 @@ func TestHangingAllocateDelaysNoOtherResource(t *testing.T) {
 			f := newAllocFixture(t, Config{Policy: tc.policy})
 			hung := f.plugin("example.com/hanging", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "h0"))
 			f.plugin(gpu, &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g0"))
-			hung.SetFaults(deviceplugin.Faults{HangAllocate: true})
+			hung.SetFaults(plugintest.Faults{HangAllocate: true})
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -34,7 +34,7 @@ func TestHangingAllocateDelaysNoOtherResource(t *testing.T) {
 			go func() { stuck <- f.m.Allocate(ctx, stuckPod, &stuckPod.Spec.Containers[0]) }()
 			wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
 			defer wcancel()
-			if err := hung.WaitForCalls(wctx, func(c deviceplugin.Calls) bool { return len(c.Allocate) == 1 }); err != nil {
+			if err := hung.WaitForCalls(wctx, func(c plugintest.Calls) bool { return len(c.Allocate) == 1 }); err != nil {
 				t.Fatalf("the hanging plugin never saw Allocate: %v", err)
 			}
 

@@ -7,7 +7,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // TestHungPluginDoesNotBlockOthers: while one plugin hangs in Allocate, pods asking for another
@@ -17,13 +17,13 @@ func TestHungPluginDoesNotBlockOthers(t *testing.T) {
 	f := newAllocFixture(t, Config{Policy: Policy{AllocateTimeout: 5 * time.Second}})
 	hung := f.plugin("example.com/slow", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "s0"))
 	f.plugin("example.com/fast", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "f0"))
-	hung.SetFaults(deviceplugin.Faults{HangAllocate: true})
+	hung.SetFaults(plugintest.Faults{HangAllocate: true})
 
 	stuck := make(chan error, 1)
 	go func() { stuck <- f.admit(testPod("stuck", container("c", map[string]int64{"example.com/slow": 1}))) }()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	if err := hung.WaitForCalls(ctx, func(c deviceplugin.Calls) bool { return len(c.Allocate) == 1 }); err != nil {
+	if err := hung.WaitForCalls(ctx, func(c plugintest.Calls) bool { return len(c.Allocate) == 1 }); err != nil {
 		t.Fatalf("the slow plugin never saw Allocate: %v", err)
 	}
 	if err := f.admit(testPod("other", container("c", map[string]int64{"example.com/fast": 1}))); err != nil {

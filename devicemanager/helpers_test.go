@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // waitTimeout bounds every wait for an event in these tests.
@@ -57,7 +58,7 @@ func testManager(t testing.TB, dir string, cfg Config, src Sources) *Manager {
 
 // testPlugin starts a plugin for resource in dir, registered with the manager's kubelet.sock,
 // and stops it at cleanup.
-func testPlugin(t testing.TB, dir, resource, socket string, opts *pluginapi.DevicePluginOptions, devs []*pluginapi.Device, mutate ...func(*deviceplugin.Config)) *deviceplugin.Plugin {
+func testPlugin(t testing.TB, dir, resource, socket string, opts *pluginapi.DevicePluginOptions, devs []*pluginapi.Device, mutate ...func(*deviceplugin.Config)) *plugintest.Plugin {
 	t.Helper()
 	cfg := deviceplugin.Config{
 		ResourceName: resource,
@@ -66,15 +67,14 @@ func testPlugin(t testing.TB, dir, resource, socket string, opts *pluginapi.Devi
 		Options:      opts,
 		Devices:      devs,
 		Logger:       ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1))),
-		// The tests read the requests the plugin received (Calls, WaitForCalls).
-		RecordRequests: true,
 	}
 	for _, f := range mutate {
 		f(&cfg)
 	}
-	p, err := deviceplugin.New(cfg)
+	// The tests read the requests the plugin received (Calls, WaitForCalls).
+	p, err := plugintest.New(cfg, plugintest.RecordRequests())
 	if err != nil {
-		t.Fatalf("deviceplugin.New: %v", err)
+		t.Fatalf("plugintest.New: %v", err)
 	}
 	if err := p.Start(context.Background()); err != nil {
 		t.Fatalf("plugin Start: %v", err)

@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/endpoint"
 )
 
@@ -107,7 +108,7 @@ func TestSameSocketRefusalAfterOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, m, "first instance", func() bool { return capacityIs(m, gpu, 1, 1) })
-	p.SetFaults(deviceplugin.Faults{HangOptions: true})
+	p.SetFaults(plugintest.Faults{HangOptions: true})
 	_, err := client.Register(context.Background(), req)
 	if st := status.Convert(err); err == nil || st.Code() != codes.Unknown || !hasPrefix(st.Message(), "failed to get device plugin options: ") {
 		t.Fatalf("Register with a hanging options call: %v, want the options error", err)

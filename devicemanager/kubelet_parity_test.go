@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/endpoint"
 )
 
@@ -33,18 +33,18 @@ func TestPluginRPCErrorsAreTheKubelets(t *testing.T) {
 	p := f.plugin(gpu, &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true, PreStartRequired: true},
 		devices(pluginapi.Healthy, "g1", "g2"))
 
-	p.SetFaults(deviceplugin.Faults{AllocateErr: boom})
+	p.SetFaults(plugintest.Faults{AllocateErr: boom})
 	if err := f.admit(testPod("alloc", container("c", map[string]int64{gpu: 1}))); err == nil || err.Error() != grpcBoom {
 		t.Errorf("failing Allocate: %v, want the kubelet's %q", err, grpcBoom)
 	}
 
-	p.SetFaults(deviceplugin.Faults{PreferredErr: boom})
+	p.SetFaults(plugintest.Faults{PreferredErr: boom})
 	want := "device plugin GetPreferredAllocation rpc failed with err: " + grpcBoom
 	if err := f.admit(testPod("pref", container("c", map[string]int64{gpu: 1}))); err == nil || err.Error() != want {
 		t.Errorf("failing GetPreferredAllocation: %v, want the kubelet's %q", err, want)
 	}
 
-	p.SetFaults(deviceplugin.Faults{PreStartErr: boom})
+	p.SetFaults(plugintest.Faults{PreStartErr: boom})
 	pod := testPod("prestart", container("c", map[string]int64{gpu: 1}))
 	if err := f.admit(pod); err != nil {
 		t.Fatalf("admit: %v", err)

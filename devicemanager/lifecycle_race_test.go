@@ -11,6 +11,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // watcherManager builds and starts a manager with the plugins_registry watcher, after hooks
@@ -78,7 +79,7 @@ func TestStopDuringWatcherRegistration(t *testing.T) {
 // one keeps serving. The watcher used to read back whichever instance was current.
 func TestWatcherTracksItsOwnInstance(t *testing.T) {
 	dir := shortDir(t)
-	secondCh := make(chan *deviceplugin.Plugin, 1)
+	secondCh := make(chan *plugintest.Plugin, 1)
 	once := make(chan struct{})
 	m := watcherManager(t, dir, func(m *Manager) {
 		m.testHookAfterWatcherConnect = func() {
@@ -95,7 +96,7 @@ func TestWatcherTracksItsOwnInstance(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = m.Stop() })
 	first := testPlugin(t, dir, gpu, "first.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"), viaWatcher(dir))
-	var second *deviceplugin.Plugin
+	var second *plugintest.Plugin
 	select {
 	case second = <-secondCh:
 	case <-time.After(waitTimeout):

@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/endpoint"
 )
 
@@ -50,7 +51,7 @@ func waitWithin(t *testing.T, m *Manager, d time.Duration, what string, cond fun
 
 // startPluginAsync starts p in the background, as a plugin process does while no manager
 // listens yet; Start's result is checked at cleanup, after p.Stop.
-func startPluginAsync(t *testing.T, p *deviceplugin.Plugin) {
+func startPluginAsync(t *testing.T, p *plugintest.Plugin) {
 	t.Helper()
 	var wg sync.WaitGroup
 	var startErr error
@@ -74,7 +75,7 @@ func startPluginAsync(t *testing.T, p *deviceplugin.Plugin) {
 // timeout or a long connect backoff.
 func TestPluginStartedBeforeManager(t *testing.T) {
 	dir := shortDir(t)
-	p, err := deviceplugin.New(deviceplugin.Config{
+	p, err := plugintest.New(deviceplugin.Config{
 		ResourceName:    gpu,
 		PluginDir:       dir,
 		SocketName:      "gpu.sock",
@@ -172,7 +173,7 @@ func TestDoubleRegisterKeepsFirstStream(t *testing.T) {
 	dir := shortDir(t)
 	m := testManager(t, dir, Config{}, Sources{})
 	w := watchAllocatable(m, gpu)
-	p, err := deviceplugin.New(deviceplugin.Config{
+	p, err := plugintest.New(deviceplugin.Config{
 		ResourceName: gpu,
 		PluginDir:    dir,
 		SocketName:   "rocm.sock",
@@ -182,7 +183,7 @@ func TestDoubleRegisterKeepsFirstStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.SetFaults(deviceplugin.DoubleRegisterExitOnClose())
+	p.SetFaults(plugintest.DoubleRegisterExitOnClose())
 	if err := p.Start(context.Background()); err != nil {
 		t.Fatalf("plugin Start: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // TestPluginSocketPath: the endpoint is resolved through symlinks and must stay inside the
@@ -106,7 +107,7 @@ func register(c pluginapi.RegistrationClient, resource, endpoint string) error {
 }
 
 // unregisteredPlugin serves resource on dir/socket without registering it; it stops at cleanup.
-func unregisteredPlugin(t *testing.T, dir, resource, socket string) *deviceplugin.Plugin {
+func unregisteredPlugin(t *testing.T, dir, resource, socket string) *plugintest.Plugin {
 	t.Helper()
 	return testPlugin(t, dir, resource, socket, &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "d0"),
 		func(c *deviceplugin.Config) { c.Registration = deviceplugin.NoRegistration })
@@ -233,7 +234,7 @@ func TestRegisterInFlightLimit(t *testing.T) {
 	m := testManager(t, dir, Config{}, Sources{})
 	client := registrationClient(t, m.SocketPath())
 	hung := unregisteredPlugin(t, dir, gpu, "hung.sock")
-	hung.SetFaults(deviceplugin.Faults{HangOptions: true})
+	hung.SetFaults(plugintest.Faults{HangOptions: true})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -249,7 +250,7 @@ func TestRegisterInFlightLimit(t *testing.T) {
 			_, err := client.Register(ctx, &pluginapi.RegisterRequest{Version: pluginapi.Version, ResourceName: gpu, Endpoint: "hung.sock"})
 			results[i] <- err
 		}()
-		if err := hung.WaitForCalls(wctx, func(c deviceplugin.Calls) bool { return c.Options == i+1 }); err != nil {
+		if err := hung.WaitForCalls(wctx, func(c plugintest.Calls) bool { return c.Options == i+1 }); err != nil {
 			t.Fatalf("Register %d never reached the plugin: %v", i+1, err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/endpoint"
 )
 
@@ -175,12 +176,12 @@ func TestRegisterEndpointWithoutSockSuffix(t *testing.T) {
 func TestRegisterOptionsHang(t *testing.T) {
 	dir := shortDir(t)
 	m := testManager(t, dir, Config{Endpoint: endpoint.Config{OptionsTimeout: 300 * time.Millisecond}}, Sources{})
-	p, err := deviceplugin.New(deviceplugin.Config{ResourceName: gpu, PluginDir: dir, SocketName: "hang.sock",
+	p, err := plugintest.New(deviceplugin.Config{ResourceName: gpu, PluginDir: dir, SocketName: "hang.sock",
 		Devices: devices(pluginapi.Healthy, "a"), Registration: deviceplugin.NoRegistration})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.SetFaults(deviceplugin.Faults{HangOptions: true})
+	p.SetFaults(plugintest.Faults{HangOptions: true})
 	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/endpoint"
 )
 
@@ -38,7 +39,7 @@ func TestManagerRestart(t *testing.T) {
 	// Hold the plugin's re-registration (its options call hangs until the restarted
 	// manager's short options deadline) so that the state before it can be checked: the
 	// plugin would otherwise be back within milliseconds.
-	p.SetFaults(deviceplugin.Faults{HangOptions: true})
+	p.SetFaults(plugintest.Faults{HangOptions: true})
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestManagerRestart(t *testing.T) {
 	if got := b.GetDevices("p1", "c"); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Fatalf("restored assignment %v, want %v", got, before)
 	}
-	p.SetFaults(deviceplugin.Faults{})
+	p.SetFaults(plugintest.Faults{})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := p.WaitForRegistrations(ctx, regs+1); err != nil {
@@ -250,7 +251,7 @@ func TestCallsAfterStartSeeTheRestoredState(t *testing.T) {
 		seen <- fmt.Sprintf("capacity %d allocatable %d", quantity(c, gpu), quantity(a, gpu))
 	}()
 	go func() { seen <- fmt.Sprintf("devices %v", m.GetDevices("p1", "c")[gpu]) }()
-	p, err := deviceplugin.New(deviceplugin.Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock",
+	p, err := plugintest.New(deviceplugin.Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock",
 		Options: &pluginapi.DevicePluginOptions{}, Devices: devices(pluginapi.Healthy, "g1", "g2"),
 		Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))})
 	if err != nil {

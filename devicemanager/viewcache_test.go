@@ -11,7 +11,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // referenceResources is Resources as it was before its views were kept between calls: every
@@ -94,7 +94,7 @@ func TestResourcesKeptViewsMatchReference(t *testing.T) {
 	waitFor(t, f.m, "g1 unhealthy", func() bool { return capacityIs(f.m, gpu, 4, 3) })
 	check("g1 unhealthy")
 
-	hanging.SetFaults(deviceplugin.Faults{HangAllocate: true})
+	hanging.SetFaults(plugintest.Faults{HangAllocate: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	stuck := testPod("stuck", container("c", map[string]int64{other: 1}))
 	f.pods.add(stuck)
@@ -102,7 +102,7 @@ func TestResourcesKeptViewsMatchReference(t *testing.T) {
 	go func() { done <- f.m.Allocate(ctx, stuck, &stuck.Spec.Containers[0]) }()
 	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer wcancel()
-	if err := hanging.WaitForCalls(wctx, func(c deviceplugin.Calls) bool { return len(c.Allocate) == 1 }); err != nil {
+	if err := hanging.WaitForCalls(wctx, func(c plugintest.Calls) bool { return len(c.Allocate) == 1 }); err != nil {
 		t.Fatal(err)
 	}
 	check("a reservation in flight")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -136,12 +137,20 @@ type Config struct {
 	// pluginapi.Version ("v1beta1"). It is deliberately not validated: set it only to test a
 	// manager's version check.
 	Version string
-	// RecordRequests keeps a deep copy of every Allocate, GetPreferredAllocation and
-	// PreStartContainer request, for Calls and WaitForCalls: a test helper. Off (the
-	// default), the plugin keeps nothing per request, only the counts in Calls, so a
-	// long-running plugin's memory does not grow with the calls it answers; Calls then
-	// returns the three request lists empty.
-	RecordRequests bool
+	// UnaryInterceptor, if set, wraps every unary RPC the plugin serves: the DevicePlugin
+	// service's and, in PluginWatcher mode, GetInfo and NotifyRegistrationStatus. It runs
+	// before the plugin answers and may answer instead (to log, count, delay or refuse
+	// calls). Nil: none.
+	UnaryInterceptor grpc.UnaryServerInterceptor
+	// StreamInterceptor, if set, wraps every ListAndWatch stream the plugin serves. The plugin
+	// serves the stream until the context of the grpc.ServerStream it is handed ends, so an
+	// interceptor can end a stream by handing on a stream with a context of its own. Nil:
+	// none.
+	StreamInterceptor grpc.StreamServerInterceptor
+	// RegisterInterceptor, if set, wraps every Register call the plugin makes on
+	// KubeletSocket (RegisterWithKubelet mode). A call it reports as successful counts as a
+	// registration. Nil: none.
+	RegisterInterceptor grpc.UnaryClientInterceptor
 	// Clock drives the re-registration backoff. Nil means clock.RealClock{}. Register
 	// timeouts are gRPC deadlines and always use real time.
 	Clock clock.Clock

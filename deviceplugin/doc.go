@@ -1,8 +1,8 @@
 // Package deviceplugin is the plugin side of the device-plugin protocol: a small SDK that
 // serves the v1beta1 DevicePlugin service on a unix socket, registers with the kubelet (or
 // kdm), pushes device updates over ListAndWatch, and registers again when the kubelet
-// restarts. kdm's tests, scenario runner and reference GPU plugin are built on it; plugin
-// authors can use it as is. It never imports the manager side.
+// restarts. kdm's reference GPU plugin and its test double (deviceplugin/plugintest) are
+// built on it; plugin authors can use it as is. It never imports the manager side.
 //
 // # Lifecycle
 //
@@ -51,19 +51,17 @@
 // One mutex guards the plugin's state and is never held across an RPC or a stream Send.
 // Each ListAndWatch stream has its own queue: SetDevices and SetHealth queue a copy of the
 // whole list on every open stream and return at once; the stream's handler sends the lists
-// in order, none coalesced. Wait methods (WaitForRegistrations, WaitForStreams,
-// WaitForCalls) are woken by the events they wait for; nothing polls.
+// in order, none coalesced. The plugin keeps nothing per request, so its memory stays flat
+// however many calls it answers.
 //
-// # Faults and recording
+// # Extension points
 //
-// For testing managers, SetFaults scripts hangs (until the caller's deadline or Stop) and
-// errors per RPC, a plugin that registers twice in a row (RegisterTwice) and one that exits
-// when the manager closes its stream (ExitOnStreamClose; together the
-// DoubleRegisterExitOnClose profile, Exited tells why it stopped), DropStreams ends every
-// stream with Unavailable, and Calls counts the calls and the streams the manager closed. A
-// call is recorded before its fault applies. Copies of the requests themselves are kept only
-// when Config.RecordRequests is set (tests): by default a plugin keeps nothing per request,
-// so its memory stays flat however many calls it answers.
+// Config.UnaryInterceptor and Config.StreamInterceptor wrap the RPCs the plugin serves, and
+// Config.RegisterInterceptor the Register calls it makes; Done tells when the plugin begins
+// to stop. They carry logging, metrics or access checks. The test double in
+// deviceplugin/plugintest is built on them alone: it records the calls, lets tests wait for
+// them and scripts faults (hangs, errors, dropped streams, a plugin that registers twice or
+// exits when its stream is closed), for testing managers.
 //
 // # Choices
 //

@@ -10,8 +10,8 @@ var (
 	ErrInvalidConfig = errors.New("invalid device plugin config")
 	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = errors.New("device plugin already started")
-	// ErrStopped is returned by Start after Stop (a Plugin is single-use), and by the Wait
-	// methods once the plugin has stopped and the awaited count can no longer be reached.
+	// ErrStopped is returned by Start after Stop (a Plugin is single-use) and wrapped when Stop
+	// ends a Start that is still registering.
 	ErrStopped = errors.New("device plugin stopped")
 	// ErrRegistration is wrapped, together with the gRPC error, when a Register call to the
 	// kubelet fails. The gRPC status survives the wrapping (status.Code and status.FromError
@@ -19,9 +19,6 @@ var (
 	ErrRegistration = errors.New("device plugin registration failed")
 	// ErrUnknownDevice is wrapped by SetHealth for an ID that is not in the device list.
 	ErrUnknownDevice = errors.New("unknown device")
-	// ErrStreamClosed is wrapped by Exited when the ExitOnStreamClose fault made the plugin
-	// stop itself.
-	ErrStreamClosed = errors.New("ListAndWatch stream closed by the manager")
 	// ErrSocketInUse is wrapped by Start when a process accepts connections on the socket
 	// path (another plugin, or a second copy of this one): the plugin refuses to start and
 	// leaves that socket alone.

@@ -140,7 +140,14 @@ func (p *Plugin) startLocked() (*fsnotify.Watcher, error) {
 			return nil, fmt.Errorf("watching %s: %w", d, err)
 		}
 	}
-	p.server = grpc.NewServer(grpc.WaitForHandlers(true))
+	opts := []grpc.ServerOption{grpc.WaitForHandlers(true)}
+	if p.cfg.UnaryInterceptor != nil {
+		opts = append(opts, grpc.UnaryInterceptor(p.cfg.UnaryInterceptor))
+	}
+	if p.cfg.StreamInterceptor != nil {
+		opts = append(opts, grpc.StreamInterceptor(p.cfg.StreamInterceptor))
+	}
+	p.server = grpc.NewServer(opts...)
 	pluginapi.RegisterDevicePluginServer(p.server, &devicePluginServer{p: p})
 	if p.cfg.Registration == PluginWatcher {
 		registerapi.RegisterRegistrationServer(p.server, &registryServer{p: p})
@@ -172,7 +179,7 @@ func (p *Plugin) stop() {
 	wasRunning := p.state == stateRunning
 	p.state = stateStopped
 	cancel, server, sock, reg := p.cancel, p.server, p.sock, p.reg
-	p.notifyLocked()
+	close(p.done)
 	p.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -194,8 +201,8 @@ func (p *Plugin) stop() {
 	}
 }
 
-// Run starts the plugin, waits until ctx ends or the plugin is stopped by someone else (or
-// by itself, see Exited), then stops it. It returns Start's error, else Exited().
+// Run starts the plugin, waits until ctx ends or the plugin is stopped by someone else (see
+// Done), then stops it. It returns Start's error, else nil.
 func (p *Plugin) Run(ctx context.Context) error {
 	if err := p.Start(ctx); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ErrStopped) {
@@ -203,13 +210,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	p.mu.Lock()
-	life := p.ctx
-	p.mu.Unlock()
 	select {
 	case <-ctx.Done():
-	case <-life.Done():
+	case <-p.done:
 	}
 	p.Stop()
-	return p.Exited()
+	return nil
 }

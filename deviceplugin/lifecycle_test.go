@@ -217,7 +217,7 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	k.next(t)
+	k.Next(t)
 	if err := p.WaitForRegistrations(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ type Plugin struct {
 
 	stopOnce sync.Once
 	wg       sync.WaitGroup // every goroutine the plugin starts (serve loops, watcher, registrar)
+	done     chan struct{}  // closed first thing in Stop; see Done
 
 	// mu guards everything below. It is never held across an RPC or a stream Send.
 	mu            sync.Mutex
@@ -40,16 +41,14 @@ type Plugin struct {
 	server        *grpc.Server
 	sock, reg     *servedSocket // the DevicePlugin socket and (watcher mode) the registry socket
 	devices       []*pluginapi.Device
-	faults        Faults
-	calls         Calls
 	registrations int
 	// registeredTo is the kubelet socket the last successful Register reached (nil if its
 	// identity was unknown): a kick for that same socket needs no new Register.
 	registeredTo *socketIdentity
 	statuses     []*registerapi.RegistrationStatus
 	streams      map[*stream]struct{}
-	exitErr      error         // why the plugin stopped itself (ExitOnStreamClose), else nil
-	changed      chan struct{} // closed and replaced whenever a waited-for count changes
+	// streamsOpened counts ListAndWatch streams, to tell them apart in the logs.
+	streamsOpened int
 }
 
 // New validates cfg and returns an unstarted plugin. It fails with cfg.Validate's error, which
@@ -68,7 +67,7 @@ func New(cfg Config) (*Plugin, error) {
 		socketPath: filepath.Join(c.PluginDir, c.SocketName),
 		devices:    c.Devices,
 		streams:    map[*stream]struct{}{},
-		changed:    make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	p.cfg.Devices = nil // the live list is p.devices
 	if c.Registration == PluginWatcher {
@@ -105,8 +104,6 @@ func (p *Plugin) Registrations() int {
 	return p.registrations
 }
 
-// notifyLocked wakes every Wait* caller. p.mu must be held.
-func (p *Plugin) notifyLocked() {
-	close(p.changed)
-	p.changed = make(chan struct{})
-}
+// Done returns a channel that is closed when the plugin begins to stop (Stop, or a failed
+// Start), before its streams end and its RPCs return. It may be called before Start.
+func (p *Plugin) Done() <-chan struct{} { return p.done }

@@ -19,17 +19,14 @@ const (
 	// refusing kubelet.sock while a Register waits for it. Connecting to a local unix socket
 	// costs microseconds, so a short cap is cheap and finds a starting kubelet quickly.
 	registerRetryMax = 200 * time.Millisecond
-	// secondRegisterWait bounds how long the RegisterTwice fault waits for the manager to
-	// open a stream after the first Register.
-	secondRegisterWait = time.Second
 )
 
 // registerBackoff paces connection attempts to kubelet.sock: from 20 ms up to
 // registerRetryMax, with gRPC's usual growth and jitter.
 var registerBackoff = backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: registerRetryMax}
 
-// register makes one Register call on KubeletSocket (two under the RegisterTwice fault),
-// bounded by RegisterTimeout and ctx. The call waits for the socket to accept connections,
+// register makes one Register call on KubeletSocket, through Config.RegisterInterceptor if
+// set, bounded by RegisterTimeout and ctx. The call waits for the socket to accept connections,
 // re-trying a refused or missing kubelet.sock every registerRetryMax at most, so that a
 // kubelet that starts while we wait is found within that time rather than after gRPC's
 // default backoff (up to seconds). Our own socket is always served again, if the kubelet's
@@ -38,9 +35,14 @@ var registerBackoff = backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplie
 func (p *Plugin) register(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RegisterTimeout)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+p.cfg.KubeletSocket,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: registerBackoff, MinConnectTimeout: p.cfg.RegisterTimeout}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: registerBackoff, MinConnectTimeout: p.cfg.RegisterTimeout}),
+	}
+	if p.cfg.RegisterInterceptor != nil {
+		opts = append(opts, grpc.WithUnaryInterceptor(p.cfg.RegisterInterceptor))
+	}
+	conn, err := grpc.NewClient("unix://"+p.cfg.KubeletSocket, opts...)
 	if err != nil {
 		return fmt.Errorf("%w: connecting to %s: %w", ErrRegistration, p.cfg.KubeletSocket, err)
 	}
@@ -49,32 +51,6 @@ func (p *Plugin) register(ctx context.Context) error {
 	// then is it safe to make sure our own socket exists and to name it in Register.
 	if err := waitReady(ctx, conn); err != nil {
 		return fmt.Errorf("%w: waiting for %s: %w", ErrRegistration, p.cfg.KubeletSocket, err)
-	}
-	p.mu.Lock()
-	streams := p.calls.ListAndWatch
-	p.mu.Unlock()
-	if err := p.registerOnce(ctx, conn); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	twice, delay := p.faults.RegisterTwice, p.faults.SecondRegisterDelay
-	p.mu.Unlock()
-	if !twice {
-		return nil
-	}
-	// Let the manager open the first instance's stream, so that the second Register
-	// replaces a live instance; give up waiting after secondRegisterWait.
-	wctx, wcancel := context.WithTimeout(ctx, secondRegisterWait)
-	_ = p.WaitForStreams(wctx, streams+1)
-	wcancel()
-	if delay > 0 {
-		t := p.cfg.Clock.NewTimer(delay)
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w: waiting to Register again on %s: %w", ErrRegistration, p.cfg.KubeletSocket, ctx.Err())
-		}
 	}
 	return p.registerOnce(ctx, conn)
 }
@@ -99,7 +75,6 @@ func (p *Plugin) registerOnce(ctx context.Context, conn *grpc.ClientConn) error 
 	}
 	p.registrations++
 	n := p.registrations
-	p.notifyLocked()
 	p.mu.Unlock()
 	p.log.V(2).Info("Registered with the kubelet", "path", p.cfg.KubeletSocket, "endpoint", req.Endpoint, "registrations", n)
 	return nil

@@ -26,7 +26,7 @@ func TestRegisterRequest(t *testing.T) {
 	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, Options: opts, Devices: devices(pluginapi.Healthy, "a")})
 
 	want := &pluginapi.RegisterRequest{Version: "v1beta1", Endpoint: "example.com_gpu.sock", ResourceName: gpu, Options: opts}
-	if diff := cmp.Diff(want, k.next(t), protocmp.Transform()); diff != "" {
+	if diff := cmp.Diff(want, k.Next(t), protocmp.Transform()); diff != "" {
 		t.Fatalf("Register request (-want +got):\n%s", diff)
 	}
 	if got := p.Registrations(); got != 1 {
@@ -35,8 +35,8 @@ func TestRegisterRequest(t *testing.T) {
 	if got, want := p.SocketPath(), filepath.Join(dir, "example.com_gpu.sock"); got != want {
 		t.Fatalf("SocketPath() = %q, want %q", got, want)
 	}
-	if calls := p.Calls(); calls.Options != 1 {
-		t.Fatalf("GetDevicePluginOptions calls = %d, want 1 (the fake kubelet's dial-back)", calls.Options)
+	if n := p.obs.count("GetDevicePluginOptions"); n != 1 {
+		t.Fatalf("GetDevicePluginOptions calls = %d, want 1 (the fake kubelet's dial-back)", n)
 	}
 	got, err := pluginClient(t, p.SocketPath()).GetDevicePluginOptions(waitCtx(t), &pluginapi.Empty{})
 	if err != nil {
@@ -52,7 +52,7 @@ func TestRegisterRequest(t *testing.T) {
 func TestStartRegistrationError(t *testing.T) {
 	dir := shortDir(t)
 	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), false)
-	k.setErr(status.Error(codes.InvalidArgument, `invalid version "v1beta1"`))
+	k.SetErr(status.Error(codes.InvalidArgument, `invalid version "v1beta1"`))
 	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir})
 	err := p.Start(context.Background())
 	if !errors.Is(err, ErrRegistration) || status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `invalid version "v1beta1"`) {
@@ -83,13 +83,13 @@ func TestStartWithoutKubelet(t *testing.T) {
 // toDelete (the manager's cleanup of plugin sockets), starts a new fake kubelet on the same path.
 func restartKubelet(t *testing.T, k *fakeKubelet, toDelete ...string) *fakeKubelet {
 	t.Helper()
-	k.stop()
+	k.Stop()
 	for _, f := range toDelete {
 		if err := os.Remove(f); err != nil {
 			t.Fatalf("cleanup of %s: %v", f, err)
 		}
 	}
-	return startFakeKubelet(t, k.path, true)
+	return startFakeKubelet(t, k.Path, true)
 }
 
 // TestReRegisterOnKubeletRestart: each time kubelet.sock is created again the plugin
@@ -101,14 +101,14 @@ func TestReRegisterOnKubeletRestart(t *testing.T) {
 			dir := shortDir(t)
 			k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), true)
 			p := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock", Devices: devices(pluginapi.Healthy, "a")})
-			k.next(t)
+			k.Next(t)
 			for round := 2; round <= 3; round++ {
 				var del []string
 				if deleteOwn {
 					del = append(del, p.SocketPath())
 				}
 				k = restartKubelet(t, k, del...)
-				if req := k.next(t); req.Endpoint != "gpu.sock" || req.ResourceName != gpu {
+				if req := k.Next(t); req.Endpoint != "gpu.sock" || req.ResourceName != gpu {
 					t.Fatalf("round %d: re-registration request %v", round, req)
 				}
 				if err := p.WaitForRegistrations(waitCtx(t), round); err != nil {
@@ -137,23 +137,23 @@ func TestReRegisterRetriesWithBackoff(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
 	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), true)
 	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, Clock: clk, RetryBackoff: time.Second, MaxRetryBackoff: 4 * time.Second})
-	k.next(t)
+	k.Next(t)
 
-	k.stop()
-	k = startFakeKubelet(t, k.path, true)
-	k.setErr(status.Error(codes.Unavailable, "not ready yet"))
+	k.Stop()
+	k = startFakeKubelet(t, k.Path, true)
+	k.SetErr(status.Error(codes.Unavailable, "not ready yet"))
 	for attempt := 1; attempt <= 3; attempt++ {
-		k.next(t)
+		k.Next(t)
 		waitForTimer(t, clk)
 		if got := p.Registrations(); got != 1 {
 			t.Fatalf("Registrations() = %d after %d refused attempts, want 1", got, attempt)
 		}
 		if attempt == 3 {
-			k.setErr(nil)
+			k.SetErr(nil)
 		}
 		clk.Step(4 * time.Second) // the largest backoff
 	}
-	k.next(t)
+	k.Next(t)
 	if err := p.WaitForRegistrations(waitCtx(t), 2); err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +180,10 @@ func TestKubeletSocketElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := startFakeKubelet(t, filepath.Join(kdir, "kubelet.sock"), false)
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, KubeletSocket: k.path})
-	k.next(t)
-	k.stop()
-	startFakeKubelet(t, k.path, false).next(t)
+	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, KubeletSocket: k.Path})
+	k.Next(t)
+	k.Stop()
+	startFakeKubelet(t, k.Path, false).Next(t)
 	if err := p.WaitForRegistrations(waitCtx(t), 2); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ var _ registerapi.RegistrationServer = (*registryServer)(nil)
 // GetInfo describes the plugin as the kubelet's plugin watcher expects: type DevicePlugin,
 // the resource name, and the absolute path of the DevicePlugin socket.
 func (s *registryServer) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	s.p.record(func(c *Calls) { c.GetInfo++ })
 	s.p.log.V(4).Info("GetInfo")
 	return &registerapi.PluginInfo{
 		Type:              registerapi.DevicePlugin,
@@ -37,7 +36,6 @@ func (s *registryServer) NotifyRegistrationStatus(_ context.Context, st *registe
 	if st.GetPluginRegistered() {
 		p.registrations++
 	}
-	p.notifyLocked()
 	p.mu.Unlock()
 	if st.GetPluginRegistered() {
 		p.log.V(2).Info("Registered with the plugin watcher", "endpoint", p.socketPath)
@@ -53,4 +51,15 @@ func (p *Plugin) RegistrationStatuses() []*registerapi.RegistrationStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return cloneAll(p.statuses)
+}
+
+func cloneAll[M proto.Message](in []M) []M {
+	if in == nil {
+		return nil
+	}
+	out := make([]M, len(in))
+	for i, m := range in {
+		out[i] = proto.Clone(m).(M)
+	}
+	return out
 }

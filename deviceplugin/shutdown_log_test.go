@@ -74,7 +74,7 @@ func TestOneRegisterForALateKubelet(t *testing.T) {
 		if n := p.Registrations(); n != 1 {
 			t.Fatalf("round %d: %d Registers to one kubelet.sock, want 1", round, n)
 		}
-		k.stop()
+		k.Stop()
 		_ = os.Remove(sock)
 		startFakeKubelet(t, sock, true)
 		deadline := time.Now().Add(waitTimeout)

@@ -12,7 +12,6 @@ import (
 type stream struct {
 	pending [][]*pluginapi.Device // guarded by Plugin.mu; lists are immutable and may be shared
 	wake    chan struct{}         // capacity 1: "pending may be non-empty"
-	dropped chan struct{}         // closed by DropStreams
 }
 
 // pushLocked queues the current list on every open stream. The list and its devices are
@@ -29,11 +28,11 @@ func (p *Plugin) pushLocked() {
 }
 
 // serveStream runs one ListAndWatch call: the current list first, then every update, until
-// the client goes away (its context error; counted in Calls.StreamsClosedByManager, and
-// fatal under the ExitOnStreamClose fault), DropStreams (Unavailable) or Stop (nil, i.e. a
-// clean end of stream).
+// the stream's context ends (the client went away, or a Config.StreamInterceptor ended it:
+// the context's error as a status) or Stop (nil, i.e. a clean end of stream). An ended
+// context wins over pending updates.
 func (p *Plugin) serveStream(srv pluginapi.DevicePlugin_ListAndWatchServer) error {
-	st := &stream{wake: make(chan struct{}, 1), dropped: make(chan struct{})}
+	st := &stream{wake: make(chan struct{}, 1)}
 	p.mu.Lock()
 	if p.state != stateRunning {
 		p.mu.Unlock()
@@ -42,25 +41,21 @@ func (p *Plugin) serveStream(srv pluginapi.DevicePlugin_ListAndWatchServer) erro
 	life := p.ctx
 	st.pending = [][]*pluginapi.Device{p.devices}
 	p.streams[st] = struct{}{}
-	p.calls.ListAndWatch++
-	n := p.calls.ListAndWatch
-	p.notifyLocked()
+	p.streamsOpened++
+	n := p.streamsOpened
 	p.mu.Unlock()
 	log := p.log.WithValues("stream", n)
 	log.V(2).Info("ListAndWatch stream opened")
 	defer func() {
 		p.mu.Lock()
 		delete(p.streams, st)
-		p.notifyLocked()
 		p.mu.Unlock()
 		log.V(2).Info("ListAndWatch stream closed")
 	}()
-	errDropped := status.Error(codes.Unavailable, "ListAndWatch stream dropped by the device plugin")
+	ended := func() error { return status.FromContextError(srv.Context().Err()).Err() }
 	for {
-		select {
-		case <-st.dropped: // a drop wins over pending updates
-			return errDropped
-		default:
+		if srv.Context().Err() != nil {
+			return ended()
 		}
 		p.mu.Lock()
 		batch := st.pending
@@ -68,41 +63,15 @@ func (p *Plugin) serveStream(srv pluginapi.DevicePlugin_ListAndWatchServer) erro
 		p.mu.Unlock()
 		for _, devs := range batch {
 			if err := srv.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
-				if srv.Context().Err() != nil {
-					p.streamClosedByManager()
-				}
 				return err
 			}
 		}
 		select {
 		case <-st.wake:
-		case <-st.dropped:
-			return errDropped
 		case <-srv.Context().Done():
-			p.streamClosedByManager() // does nothing if the plugin is stopping
-			return status.FromContextError(srv.Context().Err()).Err()
+			return ended()
 		case <-life.Done():
 			return nil
 		}
 	}
-}
-
-// DropStreams ends every open ListAndWatch stream with an Unavailable error, as a plugin
-// crash would look to the manager, while the plugin keeps serving: a manager that dials
-// again gets a fresh stream.
-func (p *Plugin) DropStreams() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for st := range p.streams {
-		close(st.dropped)
-		delete(p.streams, st)
-	}
-	p.log.V(2).Info("Dropped every ListAndWatch stream")
-}
-
-// OpenStreams is the number of ListAndWatch streams open right now.
-func (p *Plugin) OpenStreams() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.streams)
 }

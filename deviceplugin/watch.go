@@ -66,15 +66,9 @@ func (p *Plugin) reregister(ctx context.Context, kick <-chan struct{}) {
 		}
 		backoff := p.cfg.RetryBackoff
 		for attempt := 1; ; attempt++ {
-			p.mu.Lock()
-			streams := p.calls.ListAndWatch
-			p.mu.Unlock()
 			err := p.ensureListening()
 			if err == nil {
 				err = p.register(ctx)
-			}
-			if err == nil && p.exitAfterReregister(ctx, streams) {
-				return
 			}
 			if err == nil || ctx.Err() != nil {
 				break

@@ -14,7 +14,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-func startWatcherPlugin(t *testing.T) *Plugin {
+func startWatcherPlugin(t *testing.T) *observedPlugin {
 	t.Helper()
 	dir := shortDir(t)
 	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: dir, SocketName: "gpu.sock", Registration: PluginWatcher,
@@ -66,11 +66,11 @@ func TestPluginWatcherMode(t *testing.T) {
 	if n := p.Registrations(); n != 1 {
 		t.Fatalf("Registrations() = %d, want 1 (only the positive status counts)", n)
 	}
-	if c := p.Calls(); c.GetInfo != 1 {
-		t.Fatalf("GetInfo count = %d, want 1", c.GetInfo)
+	if n := p.obs.count("GetInfo"); n != 1 {
+		t.Fatalf("GetInfo count = %d, want 1", n)
 	}
 	select {
-	case req := <-k.got:
+	case req := <-k.Got:
 		t.Fatalf("PluginWatcher mode called Register: %v", req)
 	default:
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // TestHangingAllocateDelaysNoOtherResource: while one resource's plugin hangs in Allocate, a
@@ -18,19 +19,18 @@ import (
 func TestHangingAllocateDelaysNoOtherResource(t *testing.T) {
 	forEachPolicy(t, func(t *testing.T, n *node, policy string) {
 		const slow = "example.com/slow"
-		plugin, err := deviceplugin.New(deviceplugin.Config{
+		plugin, err := plugintest.New(deviceplugin.Config{
 			ResourceName:    slow,
 			PluginDir:       n.pluginDir,
 			Devices:         []*pluginapi.Device{{ID: "slow0", Health: pluginapi.Healthy}},
 			KeepRegistering: true,
 			RetryBackoff:    50 * time.Millisecond,
 			MaxRetryBackoff: 500 * time.Millisecond,
-			RecordRequests:  true, // WaitForCalls below reads the Allocate requests
-		})
+		}, plugintest.RecordRequests()) // WaitForCalls below reads the Allocate requests
 		if err != nil {
 			t.Fatal(err)
 		}
-		plugin.SetFaults(deviceplugin.Faults{HangAllocate: true})
+		plugin.SetFaults(plugintest.Faults{HangAllocate: true})
 		kdm := n.startWithGPUs(policy)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -41,7 +41,7 @@ func TestHangingAllocateDelaysNoOtherResource(t *testing.T) {
 		n.eventually("the slow resource", func(st agent.NodeStatus) bool { return st.Allocatable[slow] == 1 })
 
 		n.writeResourcePod("stuck", slow, 1)
-		if err := plugin.WaitForCalls(ctx, func(c deviceplugin.Calls) bool { return len(c.Allocate) > 0 }); err != nil {
+		if err := plugin.WaitForCalls(ctx, func(c plugintest.Calls) bool { return len(c.Allocate) > 0 }); err != nil {
 			t.Fatalf("waiting for kdm's Allocate: %v", err)
 		}
 		n.writePod("probe", 1)

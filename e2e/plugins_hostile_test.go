@@ -20,6 +20,7 @@ import (
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // The tests in this file play a hostile (or simply broken) device plugin against a real kdm
@@ -56,9 +57,9 @@ func register(c pluginapi.RegistrationClient, resource, endpoint string) error {
 
 // outsidePlugin serves the DevicePlugin service on dir/x.sock without registering, so that the
 // test can see whether kdm ever dials it.
-func outsidePlugin(t *testing.T, dir, resource string) *deviceplugin.Plugin {
+func outsidePlugin(t *testing.T, dir, resource string) *plugintest.Plugin {
 	t.Helper()
-	p, err := deviceplugin.New(deviceplugin.Config{ResourceName: resource, PluginDir: dir, SocketName: "x.sock",
+	p, err := plugintest.New(deviceplugin.Config{ResourceName: resource, PluginDir: dir, SocketName: "x.sock",
 		Registration: deviceplugin.NoRegistration,
 		Devices:      []*pluginapi.Device{{ID: "stolen0", Health: pluginapi.Healthy}, {ID: "stolen1", Health: pluginapi.Healthy}}})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/podresources/podresourcestest"
 )
 
@@ -118,19 +119,18 @@ func TestShutdownDuringAllocate(t *testing.T) {
 func shutdownDuringAllocate(t *testing.T, policy string) {
 	const resource = "example.com/slow"
 	n := newNode(t)
-	plugin, err := deviceplugin.New(deviceplugin.Config{
+	plugin, err := plugintest.New(deviceplugin.Config{
 		ResourceName:    resource,
 		PluginDir:       n.pluginDir,
 		Devices:         []*pluginapi.Device{{ID: "slow0", Health: pluginapi.Healthy}, {ID: "slow1", Health: pluginapi.Healthy}},
 		KeepRegistering: true,
 		RetryBackoff:    50 * time.Millisecond,
 		MaxRetryBackoff: 500 * time.Millisecond,
-		RecordRequests:  true, // WaitForCalls below reads the Allocate requests
-	})
+	}, plugintest.RecordRequests()) // WaitForCalls below reads the Allocate requests
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugin.SetFaults(deviceplugin.Faults{HangAllocate: true})
+	plugin.SetFaults(plugintest.Faults{HangAllocate: true})
 	kdm := n.startKdm("--policy", policy)
 	// kdm's start-up cleanup is over once it serves /status; a plugin started earlier would
 	// register twice, and the second registration would end the first one's Allocate.
@@ -145,7 +145,7 @@ func shutdownDuringAllocate(t *testing.T, policy string) {
 	n.eventually("2 slow devices", slowDevices)
 
 	n.writeResourcePod("waiting", resource, 1)
-	if err := plugin.WaitForCalls(ctx, func(c deviceplugin.Calls) bool { return len(c.Allocate) > 0 }); err != nil {
+	if err := plugin.WaitForCalls(ctx, func(c plugintest.Calls) bool { return len(c.Allocate) > 0 }); err != nil {
 		t.Fatalf("waiting for kdm's Allocate: %v", err)
 	}
 	terminateWithin(t, kdm)
@@ -160,7 +160,7 @@ func shutdownDuringAllocate(t *testing.T, policy string) {
 		}
 	}
 
-	plugin.SetFaults(deviceplugin.Faults{})
+	plugin.SetFaults(plugintest.Faults{})
 	manifest := filepath.Join(n.manifests, "waiting.yaml")
 	aside := filepath.Join(n.base, "waiting.yaml")
 	if policy == "kubelet-1.36" {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 // settle bounds every wait for the real manager and plugins to reach a state.
@@ -70,7 +71,7 @@ type plugin struct {
 // instance is one running plugin process and the socket file (in the plugin directory) it
 // serves and registers.
 type instance struct {
-	inst   *deviceplugin.Plugin
+	inst   *plugintest.Plugin
 	socket string
 }
 
@@ -205,7 +206,7 @@ func (r *Runner) activePods() []*v1.Pod {
 func (r *Runner) startPlugin(p *plugin) error {
 	p.serial++
 	socket := fmt.Sprintf("%s-%d.sock", p.name, p.serial)
-	inst, err := deviceplugin.New(deviceplugin.Config{
+	inst, err := plugintest.New(deviceplugin.Config{
 		ResourceName: r.resource(p.name), PluginDir: r.dir, SocketName: socket,
 		Options: &pluginapi.DevicePluginOptions{}, Devices: p.devices, Logger: r.log, KeepRegistering: true,
 	})

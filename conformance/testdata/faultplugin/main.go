@@ -38,6 +38,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
 func main() {
@@ -64,7 +65,7 @@ func run() error {
 	for i := range 4 {
 		cfg.Devices = append(cfg.Devices, &pluginapi.Device{ID: fmt.Sprintf("dev-%d", i), Health: pluginapi.Healthy})
 	}
-	var faults deviceplugin.Faults
+	var faults plugintest.Faults
 	manual := false // register by hand instead of through the SDK
 	switch *fault {
 	case "none", "spin":
@@ -97,7 +98,7 @@ func run() error {
 	if manual {
 		cfg.Registration = deviceplugin.NoRegistration
 	}
-	p, err := deviceplugin.New(cfg)
+	p, err := plugintest.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -116,7 +117,7 @@ func run() error {
 	}
 	defer p.Stop()
 	if *fault == "double-register-late" {
-		p.SetFaults(deviceplugin.Faults{}) // only at start, as a plugin started before the kubelet
+		p.SetFaults(plugintest.Faults{}) // only at start, as a plugin started before the kubelet
 	}
 	req := &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: filepath.Base(p.SocketPath()),
 		ResourceName: cfg.ResourceName, Options: &pluginapi.DevicePluginOptions{}}
@@ -167,14 +168,14 @@ func run() error {
 
 // startSecondResource serves example.com/null from this process beside first and registers it
 // after each of first's registrations, in that order, retrying until the manager accepts it.
-func startSecondResource(ctx context.Context, cfg deviceplugin.Config, first *deviceplugin.Plugin) (*deviceplugin.Plugin, error) {
+func startSecondResource(ctx context.Context, cfg deviceplugin.Config, first *plugintest.Plugin) (*plugintest.Plugin, error) {
 	cfg.ResourceName = "example.com/null"
 	cfg.Registration = deviceplugin.NoRegistration
 	cfg.Devices = nil
 	for i := range 2 {
 		cfg.Devices = append(cfg.Devices, &pluginapi.Device{ID: fmt.Sprintf("null-%d", i), Health: pluginapi.Healthy})
 	}
-	p, err := deviceplugin.New(cfg)
+	p, err := plugintest.New(cfg)
 	if err != nil {
 		return nil, err
 	}

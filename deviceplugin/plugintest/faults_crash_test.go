@@ -1,4 +1,4 @@
-package deviceplugin
+package plugintest
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdm-project/kdm/deviceplugin"
 )
 
 // TestSecondRegisterDelay: under RegisterTwice with SecondRegisterDelay, the second Register
@@ -17,11 +19,11 @@ func TestSecondRegisterDelay(t *testing.T) {
 	dir := shortDir(t)
 	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), true)
 	clk := clocktesting.NewFakeClock(time.Now())
-	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir, Clock: clk})
+	p := newPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: dir, Clock: clk})
 	p.SetFaults(Faults{RegisterTwice: true, SecondRegisterDelay: time.Hour})
 	started := make(chan error, 1)
 	go func() { started <- p.Start(context.Background()) }()
-	k.next(t)
+	k.Next(t)
 	// The fake kubelet opens no stream: after secondRegisterWait the delay's timer starts.
 	deadline := time.Now().Add(waitTimeout)
 	for !clk.HasWaiters() {
@@ -31,12 +33,12 @@ func TestSecondRegisterDelay(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	select {
-	case req := <-k.got:
+	case req := <-k.Got:
 		t.Fatalf("second Register before its delay passed: %v", req)
 	default:
 	}
 	clk.Step(time.Hour)
-	if req := k.next(t); req.ResourceName != gpu {
+	if req := k.Next(t); req.ResourceName != gpu {
 		t.Fatalf("second Register: %v", req)
 	}
 	if err := <-started; err != nil {
@@ -54,19 +56,19 @@ func TestExitOnReregisterAfterStreamClose(t *testing.T) {
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "kubelet.sock")
 	k := startFakeKubelet(t, sock, true)
-	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir, Devices: devices(pluginapi.Healthy, "a")})
+	p := newPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: dir, Devices: devices(pluginapi.Healthy, "a")})
 	p.SetFaults(Faults{ExitOnReregisterAfterStreamClose: true})
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(context.Background()) }()
-	k.next(t)
+	k.Next(t)
 	if err := p.WaitForRegistrations(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
 
 	// A manager restart with no stream closed: the plugin re-registers and stays.
-	k.stop()
+	k.Stop()
 	k = startFakeKubelet(t, sock, true)
-	k.next(t)
+	k.Next(t)
 	if err := p.WaitForRegistrations(waitCtx(t), 2); err != nil {
 		t.Fatal(err)
 	}
@@ -87,9 +89,9 @@ func TestExitOnReregisterAfterStreamClose(t *testing.T) {
 	}
 
 	// The next manager restart: it re-registers, then exits.
-	k.stop()
+	k.Stop()
 	k = startFakeKubelet(t, sock, true)
-	k.next(t)
+	k.Next(t)
 	select {
 	case err := <-ran:
 		if !errors.Is(err, ErrStreamClosed) {

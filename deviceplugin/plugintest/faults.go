@@ -1,12 +1,8 @@
-package deviceplugin
+package plugintest
 
 import (
-	"context"
-	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
@@ -33,7 +29,7 @@ type Faults struct {
 	// RegisterTwice makes every successful Register (RegisterWithKubelet mode, at Start and
 	// on re-registration) followed at once by a second, identical Register, as a plugin
 	// that starts before the kubelet can do. The second call is sent as soon as the manager
-	// has opened a ListAndWatch stream after the first (or after secondRegisterWait), so
+	// has opened a ListAndWatch stream after the first (or after a second), so
 	// that the first instance is live when it is replaced. It takes effect for
 	// registrations that start after SetFaults.
 	RegisterTwice bool
@@ -45,7 +41,7 @@ type Faults struct {
 	// ExitOnReregisterAfterStreamClose makes the plugin exit at its first re-registration
 	// (RegisterWithKubelet mode, after the manager re-created its socket) once the manager
 	// has closed one of its ListAndWatch streams: the Register succeeds, the manager opens the
-	// new stream (or secondRegisterWait passes), and then the plugin records the cause (see
+	// new stream (or a second passes), and then the plugin records the cause (see
 	// Exited, which wraps ErrStreamClosed) and stops itself, as ExitOnStreamClose does. It is
 	// the fault of a plugin whose device scanner keeps sending to the closed stream's channel
 	// and crashes on its next scan once the manager is back (seen with Intel's GPU plugin:
@@ -65,7 +61,7 @@ func DoubleRegisterExitOnClose() Faults {
 
 // Calls is what the plugin has received so far, in arrival order. Calls() returns deep
 // copies, so the caller may keep and modify them. The request lists are kept only under
-// Config.RecordRequests and are empty otherwise; the counts are always kept.
+// the RecordRequests option and are empty otherwise; the counts are always kept.
 type Calls struct {
 	Allocate  []*pluginapi.AllocateRequest
 	Preferred []*pluginapi.PreferredAllocationRequest
@@ -103,98 +99,4 @@ func cloneAll[M proto.Message](in []M) []M {
 		out[i] = proto.Clone(m).(M)
 	}
 	return out
-}
-
-// SetFaults replaces the scripted faults. Safe at any time, before or after Start.
-func (p *Plugin) SetFaults(f Faults) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.faults = f
-}
-
-// Calls returns deep copies of the requests received so far (none unless
-// Config.RecordRequests is set) and the call counts.
-func (p *Plugin) Calls() Calls {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.calls.clone()
-}
-
-// record runs fn (which appends to or counts in p.calls) under the lock, wakes waiters, and
-// returns the faults in force and the plugin's lifetime context (nil before Start).
-func (p *Plugin) record(fn func(*Calls)) (Faults, context.Context) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fn(&p.calls)
-	p.notifyLocked()
-	return p.faults, p.ctx
-}
-
-// hang blocks until the RPC's ctx ends or the plugin stops, and returns the matching
-// status error.
-func hang(ctx, life context.Context) error {
-	var stopped <-chan struct{}
-	if life != nil {
-		stopped = life.Done()
-	}
-	select {
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
-	case <-stopped:
-		return status.Error(codes.Unavailable, "device plugin stopped")
-	}
-}
-
-// Exited returns nil while the plugin has not stopped itself, and afterwards why it did: an
-// error wrapping ErrStreamClosed when ExitOnStreamClose made it exit. A Stop by the caller
-// is not an exit.
-func (p *Plugin) Exited() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.exitErr
-}
-
-// streamClosedByManager records that the client ended a ListAndWatch stream while the plugin
-// was running and, under ExitOnStreamClose, makes the plugin exit: Stop runs on a goroutine
-// of its own, because Stop waits for the RPC handlers, this one included. A later Stop by
-// the caller waits for that one to finish (Stop is idempotent), so nothing outlives it.
-func (p *Plugin) streamClosedByManager() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.state != stateRunning || p.ctx.Err() != nil {
-		return // the plugin is stopping: its own Stop ended the stream
-	}
-	p.calls.StreamsClosedByManager++
-	p.notifyLocked()
-	if !p.faults.ExitOnStreamClose || p.exitErr != nil {
-		return
-	}
-	p.exitErr = fmt.Errorf("%w: exiting (ExitOnStreamClose fault)", ErrStreamClosed)
-	p.log.Info("ListAndWatch stream closed by the manager; device plugin exiting", "path", p.socketPath)
-	go p.Stop()
-}
-
-// exitAfterReregister applies ExitOnReregisterAfterStreamClose after a successful
-// re-registration: if the manager closed one of our streams before it, wait (at most
-// secondRegisterWait) for the manager to open the stream it had to open after streams
-// streams, then exit as streamClosedByManager does. It reports whether the plugin exits.
-func (p *Plugin) exitAfterReregister(ctx context.Context, streams int) bool {
-	p.mu.Lock()
-	armed := p.faults.ExitOnReregisterAfterStreamClose && p.calls.StreamsClosedByManager > 0
-	p.mu.Unlock()
-	if !armed {
-		return false
-	}
-	wctx, cancel := context.WithTimeout(ctx, secondRegisterWait)
-	_ = p.WaitForStreams(wctx, streams+1)
-	cancel()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.state != stateRunning || p.ctx.Err() != nil || p.exitErr != nil {
-		return true
-	}
-	p.exitErr = fmt.Errorf("%w: exiting at re-registration (ExitOnReregisterAfterStreamClose fault)", ErrStreamClosed)
-	p.log.Info("Re-registered after the manager closed a ListAndWatch stream; device plugin exiting", "path", p.socketPath)
-	go p.Stop()
-	return true
 }

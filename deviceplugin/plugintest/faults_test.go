@@ -1,4 +1,4 @@
-package deviceplugin
+package plugintest
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/deviceplugin"
 )
 
 // rpcs calls each unary RPC once with ctx; the map key names the RPC.
@@ -42,7 +44,7 @@ func callCount(c Calls, rpc string) int {
 // TestHangFaults: a hang fault blocks the RPC until the client's deadline; the call is
 // recorded; clearing the faults makes the RPC answer again.
 func TestHangFaults(t *testing.T) {
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, RecordRequests: true, Devices: devices(pluginapi.Healthy, "a")})
+	p := startPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: deviceplugin.NoRegistration, Devices: devices(pluginapi.Healthy, "a")}, RecordRequests())
 	p.SetFaults(Faults{HangOptions: true, HangAllocate: true, HangPreferred: true, HangPreStart: true})
 	calls := rpcs(pluginClient(t, p.SocketPath()))
 	for name, call := range calls {
@@ -66,7 +68,7 @@ func TestHangFaults(t *testing.T) {
 
 // TestHangEndsOnStop: Stop releases a hung RPC (Unavailable) and still joins everything.
 func TestHangEndsOnStop(t *testing.T) {
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, RecordRequests: true, Devices: devices(pluginapi.Healthy, "a")})
+	p := startPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: deviceplugin.NoRegistration, Devices: devices(pluginapi.Healthy, "a")}, RecordRequests())
 	p.SetFaults(Faults{HangAllocate: true})
 	allocate := rpcs(pluginClient(t, p.SocketPath()))["Allocate"]
 	done := make(chan error, 1)
@@ -88,7 +90,7 @@ func TestHangEndsOnStop(t *testing.T) {
 // TestErrorFaults: an error fault is returned instead of the response; a gRPC status keeps its
 // code, a plain error arrives as Unknown with its message.
 func TestErrorFaults(t *testing.T) {
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, Devices: devices(pluginapi.Healthy, "a")})
+	p := startPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: deviceplugin.NoRegistration, Devices: devices(pluginapi.Healthy, "a")})
 	calls := rpcs(pluginClient(t, p.SocketPath()))
 	plain := errors.New("gpu fell off the bus")
 	typed := status.Error(codes.ResourceExhausted, "no more VFs")
@@ -121,7 +123,7 @@ func TestErrorFaults(t *testing.T) {
 
 // TestCallsRecorded: Calls returns deep copies of every request, in order.
 func TestCallsRecorded(t *testing.T) {
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, RecordRequests: true, Devices: devices(pluginapi.Healthy, "a", "b")})
+	p := startPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: deviceplugin.NoRegistration, Devices: devices(pluginapi.Healthy, "a", "b")}, RecordRequests())
 	c := pluginClient(t, p.SocketPath())
 	for _, ids := range [][]string{{"a"}, {"b", "a"}} {
 		if _, err := c.Allocate(waitCtx(t), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
@@ -148,7 +150,7 @@ func TestCallsRecorded(t *testing.T) {
 func TestRequestsNotKeptByDefault(t *testing.T) {
 	const calls = 2000
 	var seen atomic.Int64
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration,
+	p := startPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: deviceplugin.NoRegistration,
 		Devices: devices(pluginapi.Healthy, "a"),
 		Allocate: func(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 			seen.Add(1)

@@ -1,4 +1,4 @@
-package deviceplugin
+package plugintest
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/deviceplugin"
 )
 
 // TestExitOnStreamClose: under the fault, a stream the client cancels makes the plugin stop
@@ -17,11 +19,11 @@ import (
 func TestExitOnStreamClose(t *testing.T) {
 	dir := shortDir(t)
 	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), false)
-	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir, Devices: devices(pluginapi.Healthy, "a")})
+	p := newPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: dir, Devices: devices(pluginapi.Healthy, "a")})
 	p.SetFaults(Faults{ExitOnStreamClose: true})
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(context.Background()) }()
-	k.next(t)
+	k.Next(t)
 	if err := p.WaitForRegistrations(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestExitOnStreamClose(t *testing.T) {
 // TestStreamCloseCountedWithoutFault: without the fault a closed stream is only counted, and
 // a Stop by the caller is neither counted nor an exit.
 func TestStreamCloseCountedWithoutFault(t *testing.T) {
-	p := startPlugin(t, Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: NoRegistration, Devices: devices(pluginapi.Healthy, "a")})
+	p := startPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: shortDir(t), Registration: deviceplugin.NoRegistration, Devices: devices(pluginapi.Healthy, "a")})
 	c := pluginClient(t, p.SocketPath())
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
@@ -102,13 +104,13 @@ func TestStreamCloseCountedWithoutFault(t *testing.T) {
 func TestRegisterTwice(t *testing.T) {
 	dir := shortDir(t)
 	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), true)
-	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir})
+	p := newPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: dir})
 	p.SetFaults(DoubleRegisterExitOnClose())
 	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if req := k.next(t); req.ResourceName != gpu {
+		if req := k.Next(t); req.ResourceName != gpu {
 			t.Fatalf("Register %d: %v", i+1, req)
 		}
 	}
@@ -116,7 +118,7 @@ func TestRegisterTwice(t *testing.T) {
 		t.Fatalf("Registrations() = %d, want 2", got)
 	}
 	select {
-	case req := <-k.got:
+	case req := <-k.Got:
 		t.Fatalf("a third Register: %v", req)
 	case <-time.After(100 * time.Millisecond):
 	}
@@ -128,14 +130,14 @@ func TestRegisterTwice(t *testing.T) {
 // found no sooner than 0.78 s later; a bound of 500 ms tells the two apart.
 func TestRegisterFindsLateKubelet(t *testing.T) {
 	dir := shortDir(t)
-	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir})
+	p := newPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: dir})
 	started := make(chan error, 1)
 	go func() { started <- p.Start(context.Background()) }()
 	time.Sleep(1300 * time.Millisecond)
 	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), true)
 	listening := time.Now()
 	select {
-	case <-k.got:
+	case <-k.Got:
 	case <-time.After(waitTimeout):
 		t.Fatal("no Register")
 	}
@@ -153,7 +155,7 @@ func TestRegisterFindsLateKubelet(t *testing.T) {
 // socket that is served (the fake kubelet dials back without waiting).
 func TestSocketServedWhileWaitingForKubelet(t *testing.T) {
 	dir := shortDir(t)
-	p := newPlugin(t, Config{ResourceName: gpu, PluginDir: dir, Devices: devices(pluginapi.Healthy, "a")})
+	p := newPlugin(t, deviceplugin.Config{ResourceName: gpu, PluginDir: dir, Devices: devices(pluginapi.Healthy, "a")})
 	started := make(chan error, 1)
 	go func() { started <- p.Start(context.Background()) }()
 	if err := waitForFile(p.SocketPath()); err != nil {
@@ -169,7 +171,7 @@ func TestSocketServedWhileWaitingForKubelet(t *testing.T) {
 		t.Fatalf("re-created socket: %v", err)
 	}
 	k := startFakeKubelet(t, filepath.Join(dir, "kubelet.sock"), true)
-	k.next(t)
+	k.Next(t)
 	if err := <-started; err != nil {
 		t.Fatalf("Start: %v", err)
 	}
