@@ -22,6 +22,7 @@ import (
 const (
 	crashWriterEnv = "KDM_CHECKPOINT_CRASH_WRITER"
 	crashRunEnv    = "KDM_CHECKPOINT_CRASH_RUN"
+	crashPlainEnv  = "KDM_CHECKPOINT_CRASH_PLAIN" // set: the writer's store has PlainWrites
 
 	genResource  = "kdm.test/generation"
 	podsResource = "kdm.test/pods"
@@ -97,7 +98,7 @@ func runCrashWriter(dir string) int {
 		fmt.Fprintln(os.Stderr, "bad", crashRunEnv, err)
 		return 2
 	}
-	s, err := NewStore(StoreConfig{Dir: dir})
+	s, err := NewStore(StoreConfig{Dir: dir, PlainWrites: os.Getenv(crashPlainEnv) != ""})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -123,10 +124,13 @@ func runCrashWriter(dir string) int {
 
 // crashRun starts one writer, kills it after delay from its "ready", and
 // returns how many writes it reported as complete.
-func crashRun(t *testing.T, exe, dir string, run int, delay time.Duration) int {
+func crashRun(t *testing.T, exe, dir string, run int, plain bool, delay time.Duration) int {
 	t.Helper()
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), crashWriterEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run))
+	if plain {
+		cmd.Env = append(cmd.Env, crashPlainEnv+"=1")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -174,11 +178,17 @@ func crashRun(t *testing.T, exe, dir string, run int, delay time.Duration) int {
 // rewrites the checkpoint, and checks after each kill that the file decodes
 // and holds the last or the next generation (it may be missing only before
 // the first write in its directory), and that the next NewStore removes any
-// temporary file the killed writer left.
+// temporary file the killed writer left. It does so for the default writes and for
+// PlainWrites, which must never leave a spare.
 func TestCrashDuringWrite(t *testing.T) {
 	if testing.Short() {
-		t.Skip("re-executes the test binary 200 times; run by make test")
+		t.Skip("re-executes the test binary 200 times per mode; run by make test")
 	}
+	t.Run("spare", func(t *testing.T) { testCrashDuringWrite(t, false) })
+	t.Run("plain", func(t *testing.T) { testCrashDuringWrite(t, true) })
+}
+
+func testCrashDuringWrite(t *testing.T, plain bool) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +210,7 @@ func TestCrashDuringWrite(t *testing.T) {
 			lastGen = -1
 		}
 		delay := time.Duration(rng.Int64N(int64(30 * time.Millisecond)))
-		n := crashRun(t, exe, dir, run, delay)
+		n := crashRun(t, exe, dir, run, plain, delay)
 		wrote += n
 
 		raw, err := os.ReadFile(filepath.Join(dir, FileName))
@@ -232,10 +242,13 @@ func TestCrashDuringWrite(t *testing.T) {
 			lastGen = gen
 		}
 
+		if _, err := os.Lstat(filepath.Join(dir, SpareFileName)); plain && !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("run %d: a plain writer left a spare (%v)", run, err)
+		}
 		if len(tempFiles(t, dir)) > 0 || spareInFlight(dir, lastGen) {
 			leftTemp++
 		}
-		if _, err := NewStore(StoreConfig{Dir: dir}); err != nil {
+		if _, err := NewStore(StoreConfig{Dir: dir, PlainWrites: plain}); err != nil {
 			t.Fatal(err)
 		}
 		if tf := tempFiles(t, dir); len(tf) != 0 {

@@ -44,7 +44,7 @@ const (
 // is not coordinated with; every replacement is an atomic rename or exchange
 // of names, so the checkpoint's name always leads to a whole file. On Linux a
 // write reuses the file the previous write replaced (see replaceViaSpare)
-// under an exclusive flock; Read and ReadFile hold a shared flock while they
+// under an exclusive flock, unless StoreConfig.PlainWrites is set; Read and ReadFile hold a shared flock while they
 // read, so they never see a file change under them. A reader that takes no
 // lock and keeps the file open across two writes may see the second one's
 // bytes; the checksum then fails, and reading the path again gives the whole
@@ -55,6 +55,7 @@ type Store struct {
 	spare      string
 	logger     klog.Logger
 	quarantine bool
+	plain      bool // StoreConfig.PlainWrites: never through the spare
 	clock      clock.PassiveClock
 
 	mu sync.Mutex
@@ -105,6 +106,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		dir:        filepath.Clean(cfg.Dir),
 		logger:     cfg.Logger, // the zero logr.Logger discards everything
 		quarantine: !cfg.OverwriteCorrupt,
+		plain:      cfg.PlainWrites,
 		clock:      cfg.Clock,
 		lastSize:   -1,
 		spareSafe:  true,
@@ -162,7 +164,7 @@ func (s *Store) Path() string { return s.path }
 // Linux, once a checkpoint exists, the temporary file is the one the previous
 // write replaced, overwritten in place, and it takes the checkpoint's name by
 // an atomic exchange of the two names (see replaceViaSpare); the directory is
-// fsynced after it in every case. After a crash at any point the file is
+// fsynced after it in every case. StoreConfig.PlainWrites turns that off. After a crash at any point the file is
 // either the old or the new checkpoint. On failure the temporary file is
 // removed and the old checkpoint is left as it was, except when only the
 // final directory fsync failed (the new file is in place, but its durability
@@ -277,25 +279,28 @@ type replacement struct {
 }
 
 // replaceLocked replaces the checkpoint with what write writes, through the spare when it can
-// (replaceViaSpare) and a new temporary file otherwise, and fsyncs the directory when
-// dirSync is set (a write through the spare always does). entries are the new file's entries
-// when it is a Prepared file, nil otherwise. Callers hold mu.
+// (replaceViaSpare) and plain writes are not asked for, and a new temporary file otherwise,
+// and fsyncs the directory when dirSync is set (a write through the spare always does).
+// entries are the new file's entries when it is a Prepared file, nil otherwise. Callers hold
+// mu.
 func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (replacement, error) {
-	size, kept, done, err := s.replaceViaSpare(write, entries)
-	if done {
-		s.lastSize = size
-		if err != nil {
-			s.lastSize = -1
-			return replacement{}, &FileError{Path: s.path, Err: err}
+	if !s.plain {
+		size, kept, done, err := s.replaceViaSpare(write, entries)
+		if done {
+			s.lastSize = size
+			if err != nil {
+				s.lastSize = -1
+				return replacement{}, &FileError{Path: s.path, Err: err}
+			}
+			return replacement{viaSpare: true, dirSync: true, kept: kept}, nil
 		}
-		return replacement{viaSpare: true, dirSync: true, kept: kept}, nil
 	}
 	s.checkpointHolds, s.spareHolds = nil, nil
 	var replaced *heldFile
 	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
 		replaced = holdFile(s.path)
 	}
-	size, err = writeFileAtomic(s.dir, s.path, func(w io.Writer) error { return write(w, 0) }, dirSync)
+	size, err := writeFileAtomic(s.dir, s.path, func(w io.Writer) error { return write(w, 0) }, dirSync)
 	s.releaseReplaced(replaced)
 	s.lastSize = size
 	if err != nil {

@@ -29,6 +29,17 @@ type StoreConfig struct {
 
 	// Clock timestamps quarantined files. Nil means clock.RealClock{}.
 	Clock clock.PassiveClock
+
+	// PlainWrites makes every write the plain one on every system: a new
+	// temporary file, fsynced, renamed over the checkpoint, and the directory
+	// fsynced (not for WritePreparedNoDirSync, which skips that last step).
+	// The zero value, false, lets Linux writes reuse the spare (see
+	// SpareFileName and Store.Write), which costs the disk less but relies on
+	// exchanging names and on recognising a file by its identity. The files
+	// written are the same byte for byte either way. With PlainWrites the
+	// Store never opens, writes or exchanges a spare; one that an earlier
+	// Store left is kept as it is until Remove.
+	PlainWrites bool
 }
 
 // Validate reports every value of c that NewStore would refuse, joined with

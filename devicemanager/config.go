@@ -64,6 +64,12 @@ type Config struct {
 	// The kubelet never does this; kdm's default (nil means true) is to keep the evidence.
 	QuarantineCorruptCheckpoint *bool
 
+	// PlainCheckpointWrites makes every checkpoint write a new temporary file, fsynced and
+	// renamed over the checkpoint, as on systems other than Linux (checkpoint.StoreConfig's
+	// PlainWrites). Off by default: Linux writes reuse the file the write before replaced and
+	// exchange names with it, which costs the disk less. The files are the same either way.
+	PlainCheckpointWrites bool
+
 	// ContinueOnUnreadableCheckpoint makes Start go on with empty state when the checkpoint
 	// exists but cannot be read (permissions, I/O), as the kubelet does; its next write then
 	// replaces the file. Off by default: Start fails and the file stays as it was.

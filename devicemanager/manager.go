@@ -200,7 +200,8 @@ func (m *Manager) Start(ctx context.Context, src Sources) error {
 		return fmt.Errorf("creating device plugin directory: %w", err)
 	}
 	store, err := checkpoint.NewStore(checkpoint.StoreConfig{Dir: m.cfg.PluginDir,
-		Logger: m.log, OverwriteCorrupt: !*m.cfg.QuarantineCorruptCheckpoint})
+		Logger: m.log, OverwriteCorrupt: !*m.cfg.QuarantineCorruptCheckpoint,
+		PlainWrites: m.cfg.PlainCheckpointWrites})
 	if err != nil {
 		return fmt.Errorf("opening checkpoint store: %w", err)
 	}
