@@ -7,7 +7,52 @@
 // NUMA node and the plugin's raw AllocateResponse bytes, plus the healthy
 // devices per resource). See docs/behaviour.md#checkpoint-format.
 //
-// # Format
+// # The kubelet's format
+//
+// Encode writes exactly the bytes the kubelet writes for the same Data, with
+// the same Checksum; Decode reads what the kubelet reads, with its quirks and
+// its error texts, and also the pre-1.20 (V1) layout, converted as kubelets
+// 1.20 to 1.29 did. nil and empty lists are different values, kept through a
+// decode so that a file verifies and re-encodes to the same bytes. Encode
+// refuses strings that are not valid UTF-8 (ErrInvalidUTF8), which the
+// kubelet would write as a file that never verifies.
+//
+// # The durable store
+//
+// Store owns the file in one directory. Write replaces it atomically and
+// durably (the file and, unlike the kubelet, the directory are fsynced), so a
+// crash leaves the old or the new file; Read decodes and verifies it, and by
+// default moves an unusable file aside (see Store.Read) instead of letting the
+// next write destroy the evidence. On Linux a write refills the file the write
+// before replaced and exchanges the two names (SpareFileName);
+// StoreConfig.PlainWrites makes every write a new file and a rename instead.
+// The files are the same byte for byte either way.
+//
+// # The device manager's write path
+//
+// Entry, Registered, Prepared, EncodePrepared, Store.WritePrepared,
+// Store.WritePreparedNoDirSync and Store.ReadEntries are the same format for a
+// writer that keeps its content between writes, as the device manager does:
+// each piece's JSON is made once and its part of the checksum reused, and a
+// write through the spare leaves in place the leading entries the spare
+// already holds. They produce the bytes Encode produces, and other callers
+// have no need of them. They stay exported, rather than in an internal
+// package, because they share the Store and the checksum emitter with the
+// rest, and test/upstreambench, a module of its own, measures them.
+//
+// # Errors
+//
+// Callers branch with errors.Is on ErrNotFound and ErrCorrupt (which also
+// matches ErrNotJSON, ErrUnknownLayout and *ChecksumError), and use
+// errors.As for *FileError (the path), *ChecksumError (both sums) and
+// *QuarantineError (where the file went). Texts reuse the kubelet's strings
+// ("checkpoint is not found", "checkpoint is corrupted").
+package checkpoint
+
+// Notes for maintainers: how the package is fast and what the store relies on. They are kept
+// out of the package documentation, which states the contract.
+//
+// Format
 //
 // Encode produces exactly the bytes the kubelet's encoding/json writes for
 // the same values, so a kubelet accepts kdm's files and kdm's golden tests
@@ -29,7 +74,7 @@
 // different checksum, and converts it the way kubelets 1.20 to 1.29 did (all
 // devices under NUMA node 0); kubelet 1.36 itself rejects V1 files.
 //
-// # Checksum
+// Checksum
 //
 // The kubelet's checksum is FNV-1a 32 over go-spew's "%#v" dump of its
 // unexported checkpoint.checkpointData value, so Go package and type names
@@ -61,7 +106,7 @@
 // kubelet would write them as U+FFFD while hashing the original bytes,
 // producing a file that never verifies.
 //
-// # Durable store
+// Durable store
 //
 // Store owns the file in one directory. Write goes through a temporary file
 // in the same directory (a dot-file, so the kubelet's directory scans ignore
@@ -74,7 +119,8 @@
 // reference to it across the rename and drops it on a goroutine, so freeing
 // its blocks is not part of the write; Close waits for those goroutines.
 //
-// On Linux, once a checkpoint exists, a write does not make a new file: it
+// On Linux, once a checkpoint exists and unless StoreConfig.PlainWrites is set, a write does
+// not make a new file: it
 // overwrites the spare (SpareFileName, the file the previous write replaced),
 // fsyncs it, exchanges its name with the checkpoint's in one atomic step
 // (renameat2 RENAME_EXCHANGE) and fsyncs the directory. Overwriting allocated
@@ -99,11 +145,3 @@
 // silently overwritten by the next write. StoreConfig.OverwriteCorrupt
 // restores the kubelet 1.36 behaviour (report only; the next Write replaces the file).
 //
-// # Errors
-//
-// Callers branch with errors.Is on ErrNotFound and ErrCorrupt (which also
-// matches ErrNotJSON, ErrUnknownLayout and *ChecksumError), and use
-// errors.As for *FileError (the path), *ChecksumError (both sums) and
-// *QuarantineError (where the file went). Texts reuse the kubelet's strings
-// ("checkpoint is not found", "checkpoint is corrupted").
-package checkpoint

@@ -16,6 +16,8 @@ import (
 //
 // The embedded PodDevicesEntry, its DeviceIDs lists and its AllocResp must not
 // be modified after NewEntry. An Entry is safe for concurrent use.
+//
+// It is part of the device manager's write path (see the package documentation).
 type Entry struct {
 	PodDevicesEntry
 	text atomic.Pointer[cachedText]
@@ -32,6 +34,8 @@ func NewEntry(e PodDevicesEntry) *Entry { return &Entry{PodDevicesEntry: e} }
 // Registered is one resource's registered device IDs (a RegisteredDevices
 // pair) that keeps its encoding between writes, as Entry does. Resource and
 // IDs must not be modified after NewRegistered. It is safe for concurrent use.
+//
+// It is part of the device manager's write path (see the package documentation).
 type Registered struct {
 	Resource string
 	// IDs is written as null when nil.
@@ -91,6 +95,8 @@ func (r *Registered) encoded() *cachedText {
 // Registered is written as null, as for Data. Registered may be in any order
 // but must not name a resource twice. Neither the slices nor what they point
 // to may be modified while Prepared is being encoded.
+//
+// It is part of the device manager's write path (see the package documentation).
 type Prepared struct {
 	Entries    []*Entry
 	Registered []*Registered
@@ -134,6 +140,8 @@ func (p *Prepared) Precompute() error {
 // EncodePrepared returns the checkpoint file for p: byte for byte
 // Encode(p.Data()), with the pieces' JSON taken from their cache. It fails,
 // as Encode does, only with ErrInvalidUTF8. A nil p encodes as the zero Data.
+//
+// It is part of the device manager's write path (see the package documentation).
 func EncodePrepared(p *Prepared) ([]byte, error) {
 	if p == nil {
 		return Encode(nil)

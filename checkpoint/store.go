@@ -191,6 +191,7 @@ func (s *Store) Write(d *Data) error {
 // checkpoint is neither built in memory whole nor hashed before its writing
 // starts. Through the spare (see Write), the bytes of the leading entries
 // that the spare already holds are not written again (see replaceViaSpare).
+// It is part of the device manager's write path (see the package documentation).
 func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, true) }
 
 // WritePreparedNoDirSync is WritePrepared without the final directory fsync,
@@ -435,7 +436,8 @@ func (s *Store) Read() (*Data, Layout, error) {
 // text in the file, which the first write uses if it is exactly what Encode writes, and the
 // checksum states around it: a write of the same entries in the same order neither encodes
 // nor hashes them again. The file's bytes stay in memory until the last of those entries is
-// dropped. Neither data nor the entries may be modified.
+// dropped. Neither data nor the entries may be modified. It is part of the device manager's
+// write path (see the package documentation).
 func (s *Store) ReadEntries() (data *Data, entries []*Entry, layout Layout, err error) {
 	return s.read(true)
 }
