@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/kdm-project/kdm/agent/nodestatus"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/podresources"
@@ -34,7 +35,7 @@ type Agent struct {
 	host    host // the machine the Node describes (nodeidentity.go)
 	manager *devicemanager.Manager
 	// publisher keeps the Node current while Run runs with a KubeClient; nil otherwise.
-	publisher atomic.Pointer[NodePublisher]
+	publisher atomic.Pointer[nodestatus.Publisher]
 
 	mu        sync.Mutex
 	pods      map[types.UID]*v1.Pod    // the pod sources' current pods
@@ -130,13 +131,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.migrateResults()
 	cleanStaleTemps(a.cfg.PodsDir())
-	var publisher *NodePublisher
+	var publisher *nodestatus.Publisher
 	if a.kube != nil {
 		pcfg, err := a.nodePublisherConfig()
 		if err != nil {
 			return err
 		}
-		if publisher, err = NewNodePublisher(pcfg); err != nil {
+		if publisher, err = nodestatus.NewPublisher(pcfg); err != nil {
 			return err
 		}
 	}

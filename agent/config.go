@@ -18,6 +18,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/kdm-project/kdm/agent/internal/kubeapi"
+	"github.com/kdm-project/kdm/agent/nodestatus"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/endpoint"
 )
@@ -28,6 +30,9 @@ const (
 	DefaultHealthzBindAddress = "127.0.0.1:10248"
 	// DefaultResyncPeriod bounds how stale the pod source may get if a file event is missed.
 	DefaultResyncPeriod = 10 * time.Second
+	// DefaultNodeStatusUpdateFrequency is the node status publisher's default, the kubelet's
+	// --node-status-update-frequency.
+	DefaultNodeStatusUpdateFrequency = nodestatus.DefaultUpdateFrequency
 )
 
 // Config describes an Agent. Every field's zero value is usable and documented; New applies
@@ -148,16 +153,16 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("node name %q: %s", c.NodeName, msg))
 		}
 	}
-	errs = append(errs, validateLabels("node labels", c.NodeLabels)...)
+	errs = append(errs, kubeapi.ValidateLabels("node labels", c.NodeLabels)...)
 	errs = append(errs, validateNodeLabelDomains(c.NodeLabels)...)
-	errs = append(errs, validateTaints("register-with-taints", c.RegisterWithTaints)...)
+	errs = append(errs, kubeapi.ValidateTaints("register-with-taints", c.RegisterWithTaints)...)
 	if _, err := ParseNodeIPs(c.NodeIP); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, validateResources("system reserved", c.SystemReserved, reservableResources)...)
-	errs = append(errs, validateResources("kube reserved", c.KubeReserved, reservableResources)...)
-	errs = append(errs, validateResources("capacity override", c.CapacityOverride, hostResources)...)
-	errs = append(errs, validateResources("node capacity", c.NodeCapacity, nil)...)
+	errs = append(errs, kubeapi.ValidateResources("system reserved", c.SystemReserved, reservableResources)...)
+	errs = append(errs, kubeapi.ValidateResources("kube reserved", c.KubeReserved, reservableResources)...)
+	errs = append(errs, kubeapi.ValidateResources("capacity override", c.CapacityOverride, hostResources)...)
+	errs = append(errs, kubeapi.ValidateResources("node capacity", c.NodeCapacity, nil)...)
 	if c.NodeStatusUpdateFrequency < 0 {
 		errs = append(errs, fmt.Errorf("node status update frequency must not be negative: %v", c.NodeStatusUpdateFrequency))
 	}
@@ -172,52 +177,6 @@ var (
 	hostResources       = []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage}
 	reservableResources = append(slices.Clone(hostResources), "pid")
 )
-
-// validateResources rejects negative quantities, device-plugin (extended) resources, which
-// only the device manager publishes, and, when allowed is set, names outside it. Names are
-// checked in sorted order so the errors come in a stable order.
-func validateResources(what string, list v1.ResourceList, allowed []v1.ResourceName) []error {
-	var errs []error
-	names := make([]v1.ResourceName, 0, len(list))
-	for name := range list {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		q := list[name]
-		switch {
-		case allowed != nil && !slices.Contains(allowed, name):
-			errs = append(errs, fmt.Errorf("%s: unsupported resource %q (want one of %s)", what, name, joinNames(allowed)))
-		case IsExtendedResourceName(name):
-			errs = append(errs, fmt.Errorf("%s: %q is a device resource, published by the device manager only", what, name))
-		case q.Sign() < 0:
-			errs = append(errs, fmt.Errorf("%s: %s must not be negative: %s", what, name, q.String()))
-		}
-	}
-	return errs
-}
-
-func joinNames(names []v1.ResourceName) string {
-	s := make([]string, len(names))
-	for i, n := range names {
-		s[i] = string(n)
-	}
-	return strings.Join(s, ", ")
-}
-
-// validateLabels checks keys and values as the API server would, in sorted key order.
-func validateLabels(what string, labels map[string]string) []error {
-	var errs []error
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		for _, msg := range validation.IsQualifiedName(k) {
-			errs = append(errs, fmt.Errorf("%s: key %q: %s", what, k, msg))
-		}
-		for _, msg := range validation.IsValidLabelValue(labels[k]) {
-			errs = append(errs, fmt.Errorf("%s: value %q of %q: %s", what, labels[k], k, msg))
-		}
-	}
-	return errs
-}
 
 // kubeletLabels are the kubernetes.io and k8s.io labels a node may set on itself, and
 // kubeletLabelDomains the domains whose labels it may set (NodeRestriction's rules).
@@ -253,25 +212,6 @@ func validateNodeLabelDomains(labels map[string]string) []error {
 
 // isDomain reports whether domain is d or a subdomain of it.
 func isDomain(domain, d string) bool { return domain == d || strings.HasSuffix(domain, "."+d) }
-
-// validateTaints checks each taint's key, value and effect, in the given order.
-func validateTaints(what string, taints []v1.Taint) []error {
-	var errs []error
-	for i, t := range taints {
-		for _, msg := range validation.IsQualifiedName(t.Key) {
-			errs = append(errs, fmt.Errorf("%s[%d]: key %q: %s", what, i, t.Key, msg))
-		}
-		for _, msg := range validation.IsValidLabelValue(t.Value) {
-			errs = append(errs, fmt.Errorf("%s[%d]: value %q: %s", what, i, t.Value, msg))
-		}
-		switch t.Effect {
-		case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule, v1.TaintEffectNoExecute:
-		default:
-			errs = append(errs, fmt.Errorf("%s[%d]: effect %q: want NoSchedule, PreferNoSchedule or NoExecute", what, i, t.Effect))
-		}
-	}
-	return errs
-}
 
 // ParseNodeIPs parses a node IP setting: empty, one IP, or an IPv4 and an IPv6 address
 // separated by a comma. The unspecified addresses (0.0.0.0, ::) are refused.

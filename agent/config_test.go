@@ -8,10 +8,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kdm-project/kdm/agent/internal/apitest"
 )
 
 func TestConfigValidate(t *testing.T) {
-	api := newFakeAPI()
+	api := apitest.NewFakeAPI()
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -88,7 +90,7 @@ func TestConfigZeroValueIsValid(t *testing.T) {
 	if d.Clock == nil || d.ResyncPeriod != DefaultResyncPeriod || d.NodeStatusUpdateFrequency != DefaultNodeStatusUpdateFrequency {
 		t.Errorf("defaults not applied: %+v", d)
 	}
-	ok := Config{NodeIP: "10.0.0.1, fd00::1", KubeClient: newFakeAPI(), NodeName: "edge-1",
+	ok := Config{NodeIP: "10.0.0.1, fd00::1", KubeClient: apitest.NewFakeAPI(), NodeName: "edge-1",
 		SystemReserved: v1.ResourceList{"pid": resource.MustParse("100"), "cpu": resource.MustParse("1")}}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("dual-stack config: %v", err)

@@ -18,8 +18,8 @@
 // admission is deferred (Policy.DeferAdmission) does not hold up the others; the manager makes
 // this safe.
 //
-// With a Kubernetes client the API server is a pod source too, and a NodePublisher keeps the
-// Node like a kubelet's: capacity detected from the host (or Config.CapacityOverride), with
+// With a Kubernetes client the API server is a pod source too, and a nodestatus.Publisher keeps
+// the Node like a kubelet's: capacity detected from the host (or Config.CapacityOverride), with
 // allocatable less SystemReserved and KubeReserved (kdm evicts nothing, so no eviction
 // threshold is subtracted), the device resources, the kubernetes.io/arch, os and hostname
 // labels, addresses, nodeInfo and a Ready condition, written by strategic merge patch, and the

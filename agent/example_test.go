@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/nodestatus"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -36,7 +37,7 @@ func Example_joinCluster() {
 }
 
 // A virtual-kubelet provider keeps its own pod lifecycle and calls the library: the device
-// manager admits its pods, and a NodePublisher keeps the Node's device resources current.
+// manager admits its pods, and a nodestatus.Publisher keeps the Node's device resources current.
 func Example_provider() {
 	ctx := context.Background()
 	var client kubernetes.Interface // the provider's client
@@ -58,7 +59,7 @@ func Example_provider() {
 	go func() {
 		defer close(published)
 		// The provider runs the containers: it publishes their host's capacity itself.
-		publisher, err := agent.NewNodePublisher(agent.NodePublisherConfig{
+		publisher, err := nodestatus.NewPublisher(nodestatus.Config{
 			Client: client, NodeName: "vk-gpu", Devices: m,
 			Capacity: v1.ResourceList{
 				v1.ResourceCPU:    resource.MustParse("64"),

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kdm-project/kdm/agent/internal/apitest"
 )
 
 func TestHealthEndpoints(t *testing.T) {
@@ -73,7 +75,7 @@ func TestAgentChecks(t *testing.T) {
 	var names []string
 	for _, c := range a.Checks() {
 		names = append(names, c.Name)
-		eventually(t, "check "+c.Name+" to pass", func() bool { return c.Check() == nil })
+		apitest.Eventually(t, "check "+c.Name+" to pass", func() bool { return c.Check() == nil })
 	}
 	if got, want := strings.Join(names, ","), "ping,device-plugin,podresources,pod-sources"; got != want {
 		t.Errorf("checks %s, want %s", got, want)

@@ -15,10 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdm-project/kdm/agent/internal/apitest"
 )
 
 // podEvent returns the first event of the pod with this reason, or nil.
-func podEvent(t *testing.T, api *fakeAPI, ns, pod, reason string) *v1.Event {
+func podEvent(t *testing.T, api *apitest.FakeAPI, ns, pod, reason string) *v1.Event {
 	t.Helper()
 	list, err := api.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -33,7 +35,7 @@ func podEvent(t *testing.T, api *fakeAPI, ns, pod, reason string) *v1.Event {
 	return nil
 }
 
-func getPod(t *testing.T, api *fakeAPI, ns, name string) *v1.Pod {
+func getPod(t *testing.T, api *apitest.FakeAPI, ns, name string) *v1.Pod {
 	t.Helper()
 	p, err := api.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -55,7 +57,7 @@ func fakePod(ns, name, node string, initGPUs, appGPUs int) *v1.Pod {
 // devices, rejected pods Failed with a Warning event, all written by patch; its readiness
 // follows the API server.
 func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
-	api := newFakeAPI()
+	api := apitest.NewFakeAPI()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	f := newFixture(t)
 	taint := v1.Taint{Key: "example.com/edge", Effect: v1.TaintEffectNoSchedule}
@@ -71,10 +73,10 @@ func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
 	})
 	f.plugin("g0", "g1")
 	var node *v1.Node
-	eventually(t, "the node's GPUs", func() bool {
+	apitest.Eventually(t, "the node's GPUs", func() bool {
 		n, err := api.CoreV1().Nodes().Get(context.Background(), "edge-1", metav1.GetOptions{})
 		node = n
-		return err == nil && has("example.com/gpu", 2, 2)(n)
+		return err == nil && apitest.Has("example.com/gpu", 2, 2)(n)
 	})
 	for name, want := range map[string]string{"cpu": "3", "memory": "7Gi", "ephemeral-storage": "100Gi", "pods": "110"} {
 		if q := node.Status.Allocatable[v1.ResourceName(name)]; q.Cmp(resource.MustParse(want)) != 0 {
@@ -99,7 +101,7 @@ func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
 	if info := node.Status.NodeInfo; info.KubeletVersion != Version || info.KernelVersion == "" || info.OperatingSystem != "linux" {
 		t.Errorf("nodeInfo %+v", info)
 	}
-	if !nodeReady(node) {
+	if !apitest.NodeReady(node) {
 		t.Errorf("conditions %v: want Ready", node.Status.Conditions)
 	}
 
@@ -108,7 +110,7 @@ func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
 	if _, err := api.CoreV1().Pods(ns).Create(ctx, fakePod(ns, "ok", "edge-1", 1, 2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pod ok Running", func() bool { return getPod(t, api, ns, "ok").Status.Phase == v1.PodRunning })
+	apitest.Eventually(t, "pod ok Running", func() bool { return getPod(t, api, ns, "ok").Status.Phase == v1.PodRunning })
 	p := getPod(t, api, ns, "ok")
 	if len(p.Status.ContainerStatuses) != 1 {
 		t.Fatalf("container statuses %+v", p.Status.ContainerStatuses)
@@ -126,7 +128,7 @@ func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
 			t.Errorf("condition %s is %s, want True", c.Type, c.Status)
 		}
 	}
-	eventually(t, "the DevicesAssigned event", func() bool { return podEvent(t, api, ns, "ok", ReasonDevicesAssigned) != nil })
+	apitest.Eventually(t, "the DevicesAssigned event", func() bool { return podEvent(t, api, ns, "ok", ReasonDevicesAssigned) != nil })
 	ev := podEvent(t, api, ns, "ok", ReasonDevicesAssigned)
 	if ev.Type != v1.EventTypeNormal || !strings.Contains(ev.Message, "container main: example.com/gpu g0, g1") ||
 		ev.Source.Component != "kdm" || ev.Source.Host != "edge-1" {
@@ -136,17 +138,17 @@ func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
 	if _, err := api.CoreV1().Pods(ns).Create(ctx, fakePod(ns, "big", "edge-1", 0, 3), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pod big Failed", func() bool { return getPod(t, api, ns, "big").Status.Phase == v1.PodFailed })
+	apitest.Eventually(t, "pod big Failed", func() bool { return getPod(t, api, ns, "big").Status.Phase == v1.PodFailed })
 	if big := getPod(t, api, ns, "big"); big.Status.Reason != ReasonUnexpectedAdmissionError {
 		t.Errorf("rejected pod reason %q", big.Status.Reason)
 	}
-	eventually(t, "the rejection's Warning event", func() bool {
+	apitest.Eventually(t, "the rejection's Warning event", func() bool {
 		e := podEvent(t, api, ns, "big", ReasonUnexpectedAdmissionError)
 		return e != nil && e.Type == v1.EventTypeWarning
 	})
-	if api.count("patch pods/status") < 2 || api.count("update pods/status") != 0 || api.count("update nodes/status") != 0 {
+	if api.Count("patch pods/status") < 2 || api.Count("update pods/status") != 0 || api.Count("update nodes/status") != 0 {
 		t.Errorf("status writes: pods %d patches %d updates, nodes %d updates; want patches only",
-			api.count("patch pods/status"), api.count("update pods/status"), api.count("update nodes/status"))
+			api.Count("patch pods/status"), api.Count("update pods/status"), api.Count("update nodes/status"))
 	}
 
 	check := func(name string) func() error {
@@ -163,9 +165,9 @@ func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
 			t.Errorf("check %s: %v", name, err)
 		}
 	}
-	api.fail("get", "nodes", errors.New("connection refused"))
+	api.Fail("get", "nodes", errors.New("connection refused"))
 	clk.Step(DefaultNodeStatusUpdateFrequency)
-	eventually(t, "readiness to fail with the API server", func() bool { return check(CheckAPIServer)() != nil })
+	apitest.Eventually(t, "readiness to fail with the API server", func() bool { return check(CheckAPIServer)() != nil })
 }
 
 // TestResultsMoveToTheirOwnDirectory: results an earlier version wrote to <root>/pods move

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,13 +10,23 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kdm-project/kdm/agent/internal/apitest"
+	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
+
+// testCluster is the package's real kube-apiserver and etcd, one node identity per test;
+// TestMain stops it.
+var testCluster = &kubecluster.Shared{
+	ModuleDir: filepath.Join("..", "test", "kubebins"),
+	Nodes:     []string{"api-pods", "api-pending"},
+}
 
 // gpuPod is a pod bound to node whose init container and app container each ask for GPUs.
 func gpuPod(ns, name, node string, initGPUs, appGPUs int) *v1.Pod {
 	c := func(cname string, n int) v1.Container {
 		return v1.Container{Name: cname, Image: "x", Resources: v1.ResourceRequirements{
-			Limits: quantities("example.com/gpu", n)}}
+			Limits: apitest.Quantities("example.com/gpu", n)}}
 	}
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1.PodSpec{NodeName: node, Containers: []v1.Container{c("main", appGPUs)}}}
@@ -50,12 +61,12 @@ func apiServerNode(t *testing.T, node string) (admin, nodeClient kubernetes.Inte
 		t.Skip("needs a real kube-apiserver and etcd; run by make test")
 	}
 	c := testCluster.Get(t)
-	admin = adminClient(t, c)
+	admin = apitest.AdminClient(t, c)
 	nodeClient, err := c.Client("system:node:" + node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forgetNode(t, admin, node)
+	apitest.ForgetNode(t, admin, node)
 	return admin, nodeClient
 }
 
@@ -71,10 +82,10 @@ func TestAPIServerPodSource(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.runWith(Config{KubeClient: nodeClient, NodeName: "api-pods", NodeStatusUpdateFrequency: time.Second})
 	f.plugin("g0", "g1", "g2", "g3")
-	node := waitNode(t, admin, "api-pods", "4 GPUs", has("example.com/gpu", 4, 4))
+	node := apitest.WaitNode(t, admin, "api-pods", "4 GPUs", apitest.Has("example.com/gpu", 4, 4))
 	// What `kubectl get nodes -o wide` shows: Ready, the host's cpu and memory, OS, kernel,
 	// version and an internal IP.
-	if !nodeReady(node) {
+	if !apitest.NodeReady(node) {
 		t.Errorf("node conditions %v: want Ready", node.Status.Conditions)
 	}
 	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage} {

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/kdm-project/kdm/agent/internal/kubeapi"
 )
 
 // Event reasons of the pods kdm admits.
@@ -73,7 +75,7 @@ func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *PodResult) 
 // podStatusPatch is the strategic merge patch from pod's status to status, with the pod's UID
 // as a precondition: a pod recreated under the same name is not patched.
 func podStatusPatch(pod *v1.Pod, status *v1.PodStatus) ([]byte, error) {
-	raw, err := statusPatch(&v1.Pod{Status: pod.Status}, &v1.Pod{Status: *status}, v1.Pod{})
+	raw, err := kubeapi.StatusPatch(&v1.Pod{Status: pod.Status}, &v1.Pod{Status: *status}, v1.Pod{})
 	if err != nil {
 		return nil, fmt.Errorf("building pod status patch: %w", err)
 	}

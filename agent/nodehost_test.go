@@ -39,8 +39,8 @@ func TestHostCapacity(t *testing.T) {
 		v1.ResourceMemory:           *resource.NewQuantity(32768000*1024, resource.BinarySI),
 		v1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
 	}
-	if !resourcesEqual(got, want) {
-		t.Errorf("capacity %v, want %v", got, want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("capacity (-want +got):\n%s", diff)
 	}
 	for name, meminfo := range map[string]string{"no MemTotal": "MemFree: 1 kB\n", "garbage": "MemTotal: lots kB\n"} {
 		if _, err := fakeHost(map[string]string{"/proc/meminfo": meminfo}).capacity("/"); err == nil {
@@ -93,16 +93,5 @@ func TestHostNodeInfoAndAddresses(t *testing.T) {
 	if diff := cmp.Diff([]v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.5"}, {Type: v1.NodeInternalIP, Address: "fd00::5"},
 		{Type: v1.NodeHostName, Address: "edge-1"}}, addrs); diff != "" {
 		t.Errorf("given addresses (-want +got):\n%s", diff)
-	}
-}
-
-func TestAllocatableOf(t *testing.T) {
-	for _, tc := range []struct{ capacity, reserved, want string }{
-		{"8", "1500m", "6500m"}, {"1Gi", "2Gi", "0"}, {"4", "0", "4"},
-	} {
-		got := allocatableOf(resource.MustParse(tc.capacity), resource.MustParse(tc.reserved))
-		if got.Cmp(resource.MustParse(tc.want)) != 0 {
-			t.Errorf("%s - %s = %s, want %s", tc.capacity, tc.reserved, got.String(), tc.want)
-		}
 	}
 }

@@ -7,19 +7,21 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kdm-project/kdm/agent/nodestatus"
 )
 
 // nodePublisherConfig describes the agent's Node as a kubelet would: capacity detected from
 // the host (or CapacityOverride) plus NodeCapacity, allocatable less SystemReserved and
 // KubeReserved, the kubernetes.io/arch, os and hostname labels, NodeLabels and
 // RegisterWithTaints at registration, the InternalIP and Hostname addresses, and nodeInfo.
-func (a *Agent) nodePublisherConfig() (NodePublisherConfig, error) {
+func (a *Agent) nodePublisherConfig() (nodestatus.Config, error) {
 	cfg := a.cfg
 	capacity := cfg.CapacityOverride.DeepCopy()
 	if len(capacity) == 0 {
 		detected, err := a.host.capacity(cfg.RootDir)
 		if err != nil {
-			return NodePublisherConfig{}, fmt.Errorf("describing the node (a capacity override skips reading the host): %w", err)
+			return nodestatus.Config{}, fmt.Errorf("describing the node (a capacity override skips reading the host): %w", err)
 		}
 		capacity = detected
 	}
@@ -27,13 +29,13 @@ func (a *Agent) nodePublisherConfig() (NodePublisherConfig, error) {
 	hostname := a.host.hostnameLabel(cfg.NodeName)
 	ips, err := ParseNodeIPs(cfg.NodeIP) // valid: Validate passed
 	if err != nil {
-		return NodePublisherConfig{}, err
+		return nodestatus.Config{}, err
 	}
 	addresses, err := a.host.addresses(ips, hostname)
 	if err != nil {
-		return NodePublisherConfig{}, fmt.Errorf("describing the node: %w", err)
+		return nodestatus.Config{}, fmt.Errorf("describing the node: %w", err)
 	}
-	return NodePublisherConfig{
+	return nodestatus.Config{
 		Client:   cfg.KubeClient,
 		NodeName: cfg.NodeName,
 		Devices:  a.manager,

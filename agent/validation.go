@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kdm-project/kdm/internal/resourcename"
 )
 
 // ReasonInvalidPod is the reason recorded for a pod that fails validation. Such a pod is
@@ -189,4 +191,11 @@ func sortedNames(list v1.ResourceList) []v1.ResourceName {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// IsExtendedResourceName reports whether name is an extended resource name, the kubelet's rule
+// (resourcename.IsExtended): domain-qualified outside the kubernetes.io domains, not a quota
+// "requests." name, and a valid qualified name. Device-plugin resources are.
+func IsExtendedResourceName(name v1.ResourceName) bool {
+	return resourcename.IsExtended(string(name))
 }

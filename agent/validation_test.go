@@ -137,3 +137,15 @@ func TestRequestsWarningAndWithRequests(t *testing.T) {
 		t.Fatalf("withRequests changed its input: %s", q.String())
 	}
 }
+
+func TestIsExtendedResourceName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"nvidia.com/gpu": true, "example.com/gpu": true, "cpu": false, "memory": false,
+		"hugepages-2Mi": false, "kubernetes.io/foo": false, "node.kubernetes.io/x": false,
+		"requests.nvidia.com/gpu": false, "attachable-volumes-csi-x": false,
+	} {
+		if got := IsExtendedResourceName(v1.ResourceName(name)); got != want {
+			t.Errorf("IsExtendedResourceName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/nodestatus"
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
@@ -55,7 +56,7 @@ func newClusterNode(t *testing.T, c *kubecluster.Cluster, name string) *clusterN
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_ = admin.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-		_ = admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+		_ = admin.CoordinationV1().Leases(nodestatus.LeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{})
 		_ = admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	})
 	return &clusterNode{node: n, name: name, kubeconfig: kc, admin: admin, ns: ns.Name}
@@ -179,7 +180,7 @@ func joinCluster(t *testing.T, nodeName string, kdmArgs ...string) {
 	if pods := node.Status.Allocatable[v1.ResourcePods]; pods.Value() != 110 {
 		t.Errorf("Node allocatable pods %s, want the default --max-pods 110", pods.String())
 	}
-	lease, err := cn.admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
+	lease, err := cn.admin.CoordinationV1().Leases(nodestatus.LeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("node lease: %v", err)
 	}
@@ -271,7 +272,7 @@ func joinCluster(t *testing.T, nodeName string, kdmArgs ...string) {
 		}
 		cn.eventually("the restarted kdm sees the plugin again", gpus(8))
 		cn.poll("the restarted kdm renews the node lease", func() (bool, string) {
-			l, err := cn.admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
+			l, err := cn.admin.CoordinationV1().Leases(nodestatus.LeaseNamespace).Get(ctx, cn.name, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}

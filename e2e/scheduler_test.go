@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/nodestatus"
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
@@ -536,7 +537,7 @@ func (st *schedulerStory) restartKdmUndisturbed(kdm *process) *process {
 	killed := time.Now()
 	kdm = st.startKdm()
 	st.waitFor("the restarted kdm renews the node lease", func() (bool, string) {
-		l, err := st.admin.CoordinationV1().Leases(agent.NodeLeaseNamespace).Get(ctx, schedulerNode, metav1.GetOptions{})
+		l, err := st.admin.CoordinationV1().Leases(nodestatus.LeaseNamespace).Get(ctx, schedulerNode, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

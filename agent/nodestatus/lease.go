@@ -1,4 +1,4 @@
-package agent
+package nodestatus
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 // renewLease creates or renews the node's Lease in kube-node-lease, owned by the Node. It is
 // kdm's own rather than component-helpers' lease controller so that renewals follow the
 // publisher's clock and its status loop.
-func (p *NodePublisher) renewLease(ctx context.Context) error {
-	leases := p.cfg.Client.CoordinationV1().Leases(NodeLeaseNamespace)
+func (p *Publisher) renewLease(ctx context.Context) error {
+	leases := p.cfg.Client.CoordinationV1().Leases(LeaseNamespace)
 	now := metav1.NewMicroTime(p.clock.Now())
 	lease, err := leases.Get(ctx, p.cfg.NodeName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -26,7 +26,7 @@ func (p *NodePublisher) renewLease(ctx context.Context) error {
 		lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
 				Name:      p.cfg.NodeName,
-				Namespace: NodeLeaseNamespace,
+				Namespace: LeaseNamespace,
 				OwnerReferences: []metav1.OwnerReference{{
 					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
 				}},

@@ -1,4 +1,4 @@
-package agent
+package nodestatus
 
 import (
 	"context"
@@ -9,20 +9,19 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
-	"k8s.io/utils/ptr"
 
+	"github.com/kdm-project/kdm/agent/internal/apitest"
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
 // testCluster is the package's real kube-apiserver and etcd, one node identity per test;
 // TestMain stops it.
 var testCluster = &kubecluster.Shared{
-	ModuleDir: filepath.Join("..", "test", "kubebins"),
-	Nodes:     []string{"recreated", "removed-kubelet", "removed-kdm", "removed-elsewhere", "fresh", "api-pods", "api-pending"},
+	ModuleDir: filepath.Join("..", "..", "test", "kubebins"),
+	Nodes:     []string{"recreated", "removed-kubelet", "removed-kdm", "removed-elsewhere", "fresh"},
 }
 
 // devices is a DeviceCapacity whose answers the test sets.
@@ -66,22 +65,14 @@ func (d *devices) set(capacity, allocatable v1.ResourceList, removed ...string) 
 	d.changed = make(chan struct{})
 }
 
-func quantities(kv ...any) v1.ResourceList {
-	out := v1.ResourceList{}
-	for i := 0; i < len(kv); i += 2 {
-		out[v1.ResourceName(kv[i].(string))] = *resource.NewQuantity(int64(kv[i+1].(int)), resource.DecimalSI)
-	}
-	return out
-}
-
-// runPublisher runs a NodePublisher as the node's own identity until the test ends.
+// runPublisher runs a Publisher as the node's own identity until the test ends.
 func runPublisher(t *testing.T, c *kubecluster.Cluster, node string, d DeviceCapacity, drop bool) {
 	t.Helper()
 	client, err := c.Client("system:node:" + node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewNodePublisher(NodePublisherConfig{Client: client, NodeName: node, Devices: d, DropRemovedResources: drop,
+	p, err := NewPublisher(Config{Client: client, NodeName: node, Devices: d, DropRemovedResources: drop,
 		UpdateFrequency: 200 * time.Millisecond, Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))})
 	if err != nil {
 		t.Fatal(err)
@@ -89,57 +80,10 @@ func runPublisher(t *testing.T, c *kubecluster.Cluster, node string, d DeviceCap
 	runUntilCleanup(t, p)
 }
 
-func adminClient(t *testing.T, c *kubecluster.Cluster) kubernetes.Interface {
-	t.Helper()
-	admin, err := c.Client(kubecluster.AdminUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return admin
-}
-
-// forgetNode removes the node's Node, Lease and pods when the test ends, so that a rerun
-// (go test -count) finds the cluster as the first run did.
-func forgetNode(t *testing.T, admin kubernetes.Interface, name string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		pods, _ := admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
-		if pods != nil {
-			for _, p := range pods.Items {
-				_ = admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-			}
-		}
-		_ = admin.CoordinationV1().Leases(NodeLeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{})
-		_ = admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
-	})
-}
-
-// waitNode polls the Node until cond holds or 30 s pass.
-func waitNode(t *testing.T, admin kubernetes.Interface, name, what string, cond func(*v1.Node) bool) *v1.Node {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last *v1.Node
-	for time.Now().Before(deadline) {
-		n, err := admin.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil {
-			last = n
-			if cond(n) {
-				return n
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if last != nil {
-		t.Fatalf("node %s: timed out waiting for %s; capacity %v allocatable %v", name, what, last.Status.Capacity, last.Status.Allocatable)
-	}
-	t.Fatalf("node %s: timed out waiting for %s; node not found", name, what)
-	return nil
-}
-
 // waitLeaseRenewals waits until the node's Lease has been renewed n times from now.
 func waitLeaseRenewals(t *testing.T, admin kubernetes.Interface, node string, n int) {
 	t.Helper()
-	leases := admin.CoordinationV1().Leases(NodeLeaseNamespace)
+	leases := admin.CoordinationV1().Leases(LeaseNamespace)
 	lease, err := leases.Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -161,19 +105,6 @@ func waitLeaseRenewals(t *testing.T, admin kubernetes.Interface, node string, n 
 	}
 }
 
-func value(list v1.ResourceList, name string) (int64, bool) {
-	q, ok := list[v1.ResourceName(name)]
-	return q.Value(), ok
-}
-
-func has(name string, capacity, allocatable int64) func(*v1.Node) bool {
-	return func(n *v1.Node) bool {
-		c, okc := value(n.Status.Capacity, name)
-		a, oka := value(n.Status.Allocatable, name)
-		return okc && oka && c == capacity && a == allocatable
-	}
-}
-
 // TestNodePublisherCreatesNode: an absent Node is created by its own identity (Node authorizer
 // and NodeRestriction), carries the device resources and a Ready condition, and gets a Lease
 // owned by the Node; a device change is published without waiting for the next tick.
@@ -182,12 +113,12 @@ func TestNodePublisherCreatesNode(t *testing.T) {
 		t.Skip("needs a real kube-apiserver and etcd; run by make test")
 	}
 	c := testCluster.Get(t)
-	admin := adminClient(t, c)
-	forgetNode(t, admin, "fresh")
+	admin := apitest.AdminClient(t, c)
+	apitest.ForgetNode(t, admin, "fresh")
 	d := newDevices()
-	d.set(quantities("example.com/gpu", 4), quantities("example.com/gpu", 4))
+	d.set(apitest.Quantities("example.com/gpu", 4), apitest.Quantities("example.com/gpu", 4))
 	runPublisher(t, c, "fresh", d, false)
-	node := waitNode(t, admin, "fresh", "4 GPUs", has("example.com/gpu", 4, 4))
+	node := apitest.WaitNode(t, admin, "fresh", "4 GPUs", apitest.Has("example.com/gpu", 4, 4))
 	ready := false
 	for _, cond := range node.Status.Conditions {
 		ready = ready || (cond.Type == v1.NodeReady && cond.Status == v1.ConditionTrue)
@@ -195,15 +126,15 @@ func TestNodePublisherCreatesNode(t *testing.T) {
 	if !ready {
 		t.Errorf("node conditions %v: want Ready True", node.Status.Conditions)
 	}
-	lease, err := admin.CoordinationV1().Leases(NodeLeaseNamespace).Get(context.Background(), "fresh", metav1.GetOptions{})
+	lease, err := admin.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), "fresh", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].UID != node.UID {
 		t.Errorf("lease owners %v: want the Node %s", lease.OwnerReferences, node.UID)
 	}
-	d.set(quantities("example.com/gpu", 4), quantities("example.com/gpu", 3))
-	waitNode(t, admin, "fresh", "one GPU unhealthy", has("example.com/gpu", 4, 3))
+	d.set(apitest.Quantities("example.com/gpu", 4), apitest.Quantities("example.com/gpu", 3))
+	apitest.WaitNode(t, admin, "fresh", "one GPU unhealthy", apitest.Has("example.com/gpu", 4, 3))
 }
 
 // TestNodePublisherRecreatedNode: when the device manager says the node's state was wiped, the
@@ -214,15 +145,15 @@ func TestNodePublisherRecreatedNode(t *testing.T) {
 		t.Skip("needs a real kube-apiserver and etcd; run by make test")
 	}
 	c := testCluster.Get(t)
-	admin := adminClient(t, c)
+	admin := apitest.AdminClient(t, c)
 	ctx := context.Background()
-	forgetNode(t, admin, "recreated")
+	apitest.ForgetNode(t, admin, "recreated")
 	node, err := admin.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "recreated"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node.Status.Capacity = quantities("example.com/gpu", 4, "vendor.io/fpga", 2, "cpu", 8)
-	node.Status.Allocatable = quantities("example.com/gpu", 4, "vendor.io/fpga", 2, "cpu", 8)
+	node.Status.Capacity = apitest.Quantities("example.com/gpu", 4, "vendor.io/fpga", 2, "cpu", 8)
+	node.Status.Allocatable = apitest.Quantities("example.com/gpu", 4, "vendor.io/fpga", 2, "cpu", 8)
 	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -230,14 +161,14 @@ func TestNodePublisherRecreatedNode(t *testing.T) {
 	d.reset = true
 	d.capacity, d.allocatable = v1.ResourceList{}, v1.ResourceList{}
 	runPublisher(t, c, "recreated", d, false)
-	zeroed := waitNode(t, admin, "recreated", "extended resources zeroed", func(n *v1.Node) bool {
-		return has("example.com/gpu", 0, 0)(n) && has("vendor.io/fpga", 0, 0)(n)
+	zeroed := apitest.WaitNode(t, admin, "recreated", "extended resources zeroed", func(n *v1.Node) bool {
+		return apitest.Has("example.com/gpu", 0, 0)(n) && apitest.Has("vendor.io/fpga", 0, 0)(n)
 	})
-	if cpu, _ := value(zeroed.Status.Capacity, "cpu"); cpu != 8 {
+	if cpu, _ := apitest.Value(zeroed.Status.Capacity, "cpu"); cpu != 8 {
 		t.Errorf("cpu capacity %d after the reset, want 8 kept", cpu)
 	}
-	d.set(quantities("example.com/gpu", 2), quantities("example.com/gpu", 2))
-	waitNode(t, admin, "recreated", "the plugin's GPUs", has("example.com/gpu", 2, 2))
+	d.set(apitest.Quantities("example.com/gpu", 2), apitest.Quantities("example.com/gpu", 2))
+	apitest.WaitNode(t, admin, "recreated", "the plugin's GPUs", apitest.Has("example.com/gpu", 2, 2))
 }
 
 // TestNodePublisherRemovedResource: a resource the device manager removes (its plugin gone past
@@ -248,7 +179,7 @@ func TestNodePublisherRemovedResource(t *testing.T) {
 		t.Skip("needs a real kube-apiserver and etcd; run by make test")
 	}
 	c := testCluster.Get(t)
-	admin := adminClient(t, c)
+	admin := apitest.AdminClient(t, c)
 	for _, tc := range []struct {
 		node string
 		drop bool
@@ -256,44 +187,32 @@ func TestNodePublisherRemovedResource(t *testing.T) {
 		lost bool
 	}{{"removed-kubelet", false, false}, {"removed-kdm", true, false}, {"removed-elsewhere", false, true}} {
 		t.Run(tc.node, func(t *testing.T) {
-			forgetNode(t, admin, tc.node)
+			apitest.ForgetNode(t, admin, tc.node)
 			d := newDevices()
-			d.set(quantities("example.com/gpu", 2), quantities("example.com/gpu", 2))
+			d.set(apitest.Quantities("example.com/gpu", 2), apitest.Quantities("example.com/gpu", 2))
 			runPublisher(t, c, tc.node, d, tc.drop)
-			waitNode(t, admin, tc.node, "2 GPUs", has("example.com/gpu", 2, 2))
+			apitest.WaitNode(t, admin, tc.node, "2 GPUs", apitest.Has("example.com/gpu", 2, 2))
 			if tc.lost {
 				d.set(v1.ResourceList{}, v1.ResourceList{})
 			} else {
 				d.set(v1.ResourceList{}, v1.ResourceList{}, "example.com/gpu")
 			}
 			want := fmt.Sprintf("example.com/gpu published as 0 (drop=%v)", tc.drop)
-			n := waitNode(t, admin, tc.node, want, func(n *v1.Node) bool {
+			n := apitest.WaitNode(t, admin, tc.node, want, func(n *v1.Node) bool {
 				if tc.drop {
 					_, inC := n.Status.Capacity["example.com/gpu"]
 					_, inA := n.Status.Allocatable["example.com/gpu"]
 					return !inC && !inA
 				}
-				return has("example.com/gpu", 0, 0)(n)
+				return apitest.Has("example.com/gpu", 0, 0)(n)
 			})
 			// Later syncs no longer name the resource; the Node must stay as published. Each
 			// lease renewal follows a status sync, so two renewals mean at least one more sync.
 			waitLeaseRenewals(t, admin, tc.node, 2)
-			again := waitNode(t, admin, tc.node, "no change", func(*v1.Node) bool { return true })
+			again := apitest.WaitNode(t, admin, tc.node, "no change", func(*v1.Node) bool { return true })
 			if !resourcesEqual(n.Status.Capacity, again.Status.Capacity) {
 				t.Errorf("capacity moved from %v to %v", n.Status.Capacity, again.Status.Capacity)
 			}
 		})
-	}
-}
-
-func TestIsExtendedResourceName(t *testing.T) {
-	for name, want := range map[string]bool{
-		"nvidia.com/gpu": true, "example.com/gpu": true, "cpu": false, "memory": false,
-		"hugepages-2Mi": false, "kubernetes.io/foo": false, "node.kubernetes.io/x": false,
-		"requests.nvidia.com/gpu": false, "attachable-volumes-csi-x": false,
-	} {
-		if got := IsExtendedResourceName(v1.ResourceName(name)); got != want {
-			t.Errorf("IsExtendedResourceName(%q) = %v, want %v", name, got, want)
-		}
 	}
 }

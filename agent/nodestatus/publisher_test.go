@@ -1,4 +1,4 @@
-package agent
+package nodestatus
 
 import (
 	"context"
@@ -13,26 +13,28 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdm-project/kdm/agent/internal/apitest"
 )
 
 // startPublisher runs a publisher on api and clk until the test ends, and waits until it
 // sleeps on clk (its first sync, or registration attempt, is over).
-func startPublisher(t *testing.T, cfg NodePublisherConfig, clk *clocktesting.FakeClock) *NodePublisher {
+func startPublisher(t *testing.T, cfg Config, clk *clocktesting.FakeClock) *Publisher {
 	t.Helper()
 	cfg.Clock = clk
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
 	}
-	p, err := NewNodePublisher(cfg)
+	p, err := NewPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runUntilCleanup(t, p)
-	eventually(t, "the publisher to wait on its clock", clk.HasWaiters)
+	apitest.Eventually(t, "the publisher to wait on its clock", clk.HasWaiters)
 	return p
 }
 
-func getNode(t *testing.T, api *fakeAPI, name string) *v1.Node {
+func getNode(t *testing.T, api *apitest.FakeAPI, name string) *v1.Node {
 	t.Helper()
 	n, err := api.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -45,14 +47,14 @@ func getNode(t *testing.T, api *fakeAPI, name string) *v1.Node {
 // resources, addresses, nodeInfo and a Ready condition, all written by patch; the Lease is
 // created. Register-only labels and taints are set at creation.
 func TestNodePublisherIdentity(t *testing.T) {
-	api := newFakeAPI()
+	api := apitest.NewFakeAPI()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	d := newDevices()
-	d.set(quantities("example.com/gpu", 4), quantities("example.com/gpu", 3))
-	info := v1.NodeSystemInfo{Architecture: "amd64", OperatingSystem: "linux", KernelVersion: "6.1.0", KubeletVersion: Version}
+	d.set(apitest.Quantities("example.com/gpu", 4), apitest.Quantities("example.com/gpu", 3))
+	info := v1.NodeSystemInfo{Architecture: "amd64", OperatingSystem: "linux", KernelVersion: "6.1.0", KubeletVersion: "v1.36.0-kdm"}
 	addrs := []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.7"}, {Type: v1.NodeHostName, Address: "edge-1"}}
 	taint := v1.Taint{Key: "example.com/edge", Value: "true", Effect: v1.TaintEffectNoSchedule}
-	startPublisher(t, NodePublisherConfig{
+	startPublisher(t, Config{
 		Client: api, NodeName: "edge-1", Devices: d,
 		Capacity: v1.ResourceList{v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("16Gi"),
 			v1.ResourcePods: resource.MustParse("110")},
@@ -90,25 +92,16 @@ func TestNodePublisherIdentity(t *testing.T) {
 	if n.Status.NodeInfo != info {
 		t.Errorf("nodeInfo %+v, want %+v", n.Status.NodeInfo, info)
 	}
-	if !nodeReady(n) {
+	if !apitest.NodeReady(n) {
 		t.Errorf("conditions %v: want Ready True", n.Status.Conditions)
 	}
-	if api.count("patch nodes/status") == 0 || api.count("update nodes/status") != 0 {
+	if api.Count("patch nodes/status") == 0 || api.Count("update nodes/status") != 0 {
 		t.Errorf("status writes: %d patches, %d updates; want patches only",
-			api.count("patch nodes/status"), api.count("update nodes/status"))
+			api.Count("patch nodes/status"), api.Count("update nodes/status"))
 	}
-	if api.count("create leases") != 1 {
-		t.Errorf("lease creations: %d, want 1", api.count("create leases"))
+	if api.Count("create leases") != 1 {
+		t.Errorf("lease creations: %d, want 1", api.Count("create leases"))
 	}
-}
-
-func nodeReady(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // TestNodePublisherExistingNode: an existing Node gets the owned labels back, keeps others'
@@ -117,13 +110,13 @@ func TestNodePublisherExistingNode(t *testing.T) {
 	existing := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelHostname: "old", "team": "a"}},
 		Spec:       v1.NodeSpec{Taints: []v1.Taint{{Key: "x", Effect: v1.TaintEffectNoExecute}}},
-		Status:     v1.NodeStatus{Capacity: quantities("vendor.io/fpga", 2), Allocatable: quantities("vendor.io/fpga", 2)},
+		Status:     v1.NodeStatus{Capacity: apitest.Quantities("vendor.io/fpga", 2), Allocatable: apitest.Quantities("vendor.io/fpga", 2)},
 	}
-	api := newFakeAPI(existing)
+	api := apitest.NewFakeAPI(existing)
 	clk := clocktesting.NewFakeClock(time.Now())
 	d := newDevices()
-	d.set(quantities("example.com/gpu", 1), quantities("example.com/gpu", 1))
-	startPublisher(t, NodePublisherConfig{Client: api, NodeName: "n1", Devices: d,
+	d.set(apitest.Quantities("example.com/gpu", 1), apitest.Quantities("example.com/gpu", 1))
+	startPublisher(t, Config{Client: api, NodeName: "n1", Devices: d,
 		Labels:         map[string]string{v1.LabelHostname: "n1"},
 		RegisterLabels: map[string]string{"new": "label"},
 		RegisterTaints: []v1.Taint{{Key: "y", Effect: v1.TaintEffectNoSchedule}},
@@ -135,7 +128,7 @@ func TestNodePublisherExistingNode(t *testing.T) {
 	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "x" {
 		t.Errorf("taints %v, want only x", n.Spec.Taints)
 	}
-	if !has("vendor.io/fpga", 2, 2)(n) || !has("example.com/gpu", 1, 1)(n) {
+	if !apitest.Has("vendor.io/fpga", 2, 2)(n) || !apitest.Has("example.com/gpu", 1, 1)(n) {
 		t.Errorf("capacity %v allocatable %v", n.Status.Capacity, n.Status.Allocatable)
 	}
 }
@@ -143,12 +136,12 @@ func TestNodePublisherExistingNode(t *testing.T) {
 // TestNodePublisherBackoff: registration retries wait longer after each failure, on the
 // publisher's clock; the publisher reports unhealthy until a sync succeeds.
 func TestNodePublisherBackoff(t *testing.T) {
-	api := newFakeAPI()
-	api.fail("get", "nodes", errors.New("connection refused"))
+	api := apitest.NewFakeAPI()
+	api.Fail("get", "nodes", errors.New("connection refused"))
 	clk := clocktesting.NewFakeClock(time.Now())
-	p := startPublisher(t, NodePublisherConfig{Client: api, NodeName: "n1", Devices: newDevices()}, clk)
-	if api.count("get nodes") != 1 {
-		t.Fatalf("%d attempts before the first wait, want 1", api.count("get nodes"))
+	p := startPublisher(t, Config{Client: api, NodeName: "n1", Devices: newDevices()}, clk)
+	if api.Count("get nodes") != 1 {
+		t.Fatalf("%d attempts before the first wait, want 1", api.Count("get nodes"))
 	}
 	if err := p.Healthy(); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("Healthy() = %v, want the API error", err)
@@ -156,17 +149,17 @@ func TestNodePublisherBackoff(t *testing.T) {
 	// Delays start at 200ms and double, with up to 10% jitter added.
 	for attempt, delay := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
 		clk.Step(delay - time.Millisecond)
-		if got := api.count("get nodes"); got != attempt+1 {
+		if got := api.Count("get nodes"); got != attempt+1 {
 			t.Fatalf("%d attempts %v before retry %d was due, want %d", got, delay-time.Millisecond, attempt+1, attempt+1)
 		}
 		clk.Step(delay/10 + 2*time.Millisecond) // past the longest jittered delay
-		eventually(t, "the next attempt", func() bool { return api.count("get nodes") == attempt+2 })
-		eventually(t, "the publisher to wait again", clk.HasWaiters)
+		apitest.Eventually(t, "the next attempt", func() bool { return api.Count("get nodes") == attempt+2 })
+		apitest.Eventually(t, "the publisher to wait again", clk.HasWaiters)
 	}
-	api.fail("get", "nodes", nil)
+	api.Fail("get", "nodes", nil)
 	clk.Step(2 * time.Second)
-	eventually(t, "the node registered", func() bool { return api.count("create nodes") == 1 })
-	eventually(t, "a healthy publisher", func() bool { return p.Healthy() == nil })
+	apitest.Eventually(t, "the node registered", func() bool { return api.Count("create nodes") == 1 })
+	apitest.Eventually(t, "a healthy publisher", func() bool { return p.Healthy() == nil })
 }
 
 // TestNodePublisherNotReadyTaintHint: kdm explains, once, who removes the not-ready taint when
@@ -174,17 +167,17 @@ func TestNodePublisherBackoff(t *testing.T) {
 func TestNodePublisherNotReadyTaintHint(t *testing.T) {
 	existing := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: v1.TaintNodeNotReady, Effect: v1.TaintEffectNoSchedule}}}}
-	api := newFakeAPI(existing)
+	api := apitest.NewFakeAPI(existing)
 	clk := clocktesting.NewFakeClock(time.Now())
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	logs := func() string { return logger.GetSink().(ktesting.Underlier).GetBuffer().String() }
 	const hint = "only the node lifecycle controller of kube-controller-manager removes it"
-	startPublisher(t, NodePublisherConfig{Client: api, NodeName: "n1", Devices: newDevices(), Logger: logger}, clk)
-	syncs := func() int { return api.count("get nodes") }
+	startPublisher(t, Config{Client: api, NodeName: "n1", Devices: newDevices(), Logger: logger}, clk)
+	syncs := func() int { return api.Count("get nodes") }
 	tick := func() {
 		before := syncs()
-		clk.Step(DefaultNodeStatusUpdateFrequency)
-		eventually(t, "a status sync", func() bool { return syncs() > before && clk.HasWaiters() })
+		clk.Step(DefaultUpdateFrequency)
+		apitest.Eventually(t, "a status sync", func() bool { return syncs() > before && clk.HasWaiters() })
 	}
 	for range 5 { // 50 s
 		tick()
@@ -202,17 +195,17 @@ func TestNodePublisherNotReadyTaintHint(t *testing.T) {
 
 func TestNodePublisherConfigValidate(t *testing.T) {
 	d := newDevices()
-	api := newFakeAPI()
+	api := apitest.NewFakeAPI()
 	for _, tc := range []struct {
 		name string
-		cfg  NodePublisherConfig
+		cfg  Config
 		want []string
 	}{
-		{"missing", NodePublisherConfig{}, []string{
+		{"missing", Config{}, []string{
 			"node publisher: a Kubernetes client is required",
 			"node publisher: a node name is required",
 			"node publisher: a device capacity source is required"}},
-		{"bad values", NodePublisherConfig{Client: api, NodeName: "n", Devices: d,
+		{"bad values", Config{Client: api, NodeName: "n", Devices: d,
 			Capacity:        v1.ResourceList{"memory": resource.MustParse("-1"), "example.com/gpu": resource.MustParse("1")},
 			Labels:          map[string]string{"bad key!": "v"},
 			RegisterTaints:  []v1.Taint{{Key: "k", Effect: "Sometimes"}},
@@ -235,13 +228,13 @@ func TestNodePublisherConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	if err := (NodePublisherConfig{Client: api, NodeName: "n", Devices: d}).Validate(); err != nil {
+	if err := (Config{Client: api, NodeName: "n", Devices: d}).Validate(); err != nil {
 		t.Errorf("minimal config: %v", err)
 	}
 }
 
 // runUntilCleanup runs p until the test ends, and fails the test if Run returns an error.
-func runUntilCleanup(t *testing.T, p *NodePublisher) {
+func runUntilCleanup(t *testing.T, p *Publisher) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

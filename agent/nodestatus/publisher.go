@@ -1,4 +1,4 @@
-package agent
+package nodestatus
 
 import (
 	"context"
@@ -14,26 +14,25 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/kdm-project/kdm/internal/resourcename"
+	"github.com/kdm-project/kdm/agent/internal/kubeapi"
 )
 
 // Node status timing, as the kubelet's defaults.
 const (
-	// DefaultNodeStatusUpdateFrequency is how often the Node's status is checked and the Lease
-	// renewed.
-	DefaultNodeStatusUpdateFrequency = 10 * time.Second
-	// DefaultNodeLeaseDuration is the Lease's leaseDurationSeconds.
-	DefaultNodeLeaseDuration = 40 * time.Second
+	// DefaultUpdateFrequency is how often the Node's status is checked and the Lease renewed.
+	DefaultUpdateFrequency = 10 * time.Second
+	// DefaultLeaseDuration is the Lease's leaseDurationSeconds.
+	DefaultLeaseDuration = 40 * time.Second
 	// nodeStatusReportFrequency re-posts an unchanged status so the Ready heartbeat stays fresh.
 	nodeStatusReportFrequency = 5 * time.Minute
-	// NodeLeaseNamespace holds one Lease per node.
-	NodeLeaseNamespace = "kube-node-lease"
+	// LeaseNamespace holds one Lease per node.
+	LeaseNamespace = "kube-node-lease"
 	// notReadyTaintHintAfter is how long the Node may keep the not-ready taint, while kdm
 	// reports it Ready, before kdm explains who removes it.
 	notReadyTaintHintAfter = time.Minute
 )
 
-// DeviceCapacity is what a NodePublisher needs of a device manager; *devicemanager.Manager
+// DeviceCapacity is what a Publisher needs of a device manager; *devicemanager.Manager
 // implements it.
 type DeviceCapacity interface {
 	GetCapacity() (capacity, allocatable v1.ResourceList, removed []string)
@@ -41,9 +40,9 @@ type DeviceCapacity interface {
 	DeviceChanges() <-chan struct{}
 }
 
-// NodePublisherConfig describes a NodePublisher. Client, NodeName and Devices are required;
-// every other zero value is usable as documented.
-type NodePublisherConfig struct {
+// Config describes a Publisher. Client, NodeName and Devices are required; every other zero
+// value is usable as documented.
+type Config struct {
 	Client   kubernetes.Interface
 	NodeName string
 	Devices  DeviceCapacity
@@ -68,8 +67,8 @@ type NodePublisherConfig struct {
 	// DropRemovedResources deletes a removed resource from the Node instead of publishing it
 	// as 0 (the kubelet's way).
 	DropRemovedResources bool
-	// UpdateFrequency: zero means DefaultNodeStatusUpdateFrequency. LeaseDuration: zero means
-	// DefaultNodeLeaseDuration.
+	// UpdateFrequency: zero means DefaultUpdateFrequency. LeaseDuration: zero means
+	// DefaultLeaseDuration.
 	UpdateFrequency time.Duration
 	LeaseDuration   time.Duration
 	// Clock: zero means the real clock. Logger: zero means klog's background logger.
@@ -78,7 +77,7 @@ type NodePublisherConfig struct {
 }
 
 // Validate reports every missing or bad value, in the order of the fields.
-func (c NodePublisherConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Client == nil {
 		errs = append(errs, errors.New("node publisher: a Kubernetes client is required"))
@@ -89,11 +88,11 @@ func (c NodePublisherConfig) Validate() error {
 	if c.Devices == nil {
 		errs = append(errs, errors.New("node publisher: a device capacity source is required"))
 	}
-	errs = append(errs, validateResources("node publisher capacity", c.Capacity, nil)...)
-	errs = append(errs, validateResources("node publisher reserved", c.Reserved, nil)...)
-	errs = append(errs, validateLabels("node publisher labels", c.Labels)...)
-	errs = append(errs, validateLabels("node publisher register labels", c.RegisterLabels)...)
-	errs = append(errs, validateTaints("node publisher register taints", c.RegisterTaints)...)
+	errs = append(errs, kubeapi.ValidateResources("node publisher capacity", c.Capacity, nil)...)
+	errs = append(errs, kubeapi.ValidateResources("node publisher reserved", c.Reserved, nil)...)
+	errs = append(errs, kubeapi.ValidateLabels("node publisher labels", c.Labels)...)
+	errs = append(errs, kubeapi.ValidateLabels("node publisher register labels", c.RegisterLabels)...)
+	errs = append(errs, kubeapi.ValidateTaints("node publisher register taints", c.RegisterTaints)...)
 	if c.UpdateFrequency < 0 {
 		errs = append(errs, fmt.Errorf("node publisher: update frequency must not be negative: %v", c.UpdateFrequency))
 	}
@@ -106,15 +105,15 @@ func (c NodePublisherConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NodePublisher keeps a Node object's identity, capacity, device-plugin resources and Ready
+// Publisher keeps a Node object's identity, capacity, device-plugin resources and Ready
 // condition, and its Lease, in step with the host and a device manager. It owns only what
 // its config names, the extended resources the manager reports (and those a recreated node
 // zeroes) and the Ready condition; other capacity keys, labels, taints and conditions set by
 // others are kept. Status is written by strategic merge patch, as the kubelet writes it.
 //
 // Run may be called once. The read methods (Healthy) are safe for concurrent use.
-type NodePublisher struct {
-	cfg   NodePublisherConfig
+type Publisher struct {
+	cfg   Config
 	clock clock.Clock
 	log   klog.Logger
 
@@ -129,16 +128,16 @@ type NodePublisher struct {
 	lastErr error // of the last API call of a sync; nil once one succeeds
 }
 
-// NewNodePublisher validates cfg and returns a publisher with its defaults applied.
-func NewNodePublisher(cfg NodePublisherConfig) (*NodePublisher, error) {
+// NewPublisher validates cfg and returns a publisher with its defaults applied.
+func NewPublisher(cfg Config) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.UpdateFrequency == 0 {
-		cfg.UpdateFrequency = DefaultNodeStatusUpdateFrequency
+		cfg.UpdateFrequency = DefaultUpdateFrequency
 	}
 	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = DefaultNodeLeaseDuration
+		cfg.LeaseDuration = DefaultLeaseDuration
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -146,7 +145,7 @@ func NewNodePublisher(cfg NodePublisherConfig) (*NodePublisher, error) {
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = klog.Background()
 	}
-	return &NodePublisher{
+	return &Publisher{
 		cfg:   cfg,
 		clock: cfg.Clock,
 		log:   cfg.Logger.WithValues("node", klog.KRef("", cfg.NodeName)),
@@ -167,7 +166,7 @@ const maxRegisterBackoff = 7 * time.Second
 // logged and retried with exponential backoff: 200ms doubling up to maxRegisterBackoff while
 // registering and up to UpdateFrequency after, each with up to 10% jitter. Run returns nil
 // when ctx ends.
-func (p *NodePublisher) Run(ctx context.Context) error {
+func (p *Publisher) Run(ctx context.Context) error {
 	bo := apiBackoff(maxRegisterBackoff)
 	for {
 		err := p.register(ctx)
@@ -214,7 +213,7 @@ func (p *NodePublisher) Run(ctx context.Context) error {
 
 // sleep waits for d on the publisher's clock, for changed (when not nil), or for ctx; it
 // returns false when ctx ended.
-func (p *NodePublisher) sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) bool {
+func (p *Publisher) sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) bool {
 	t := p.clock.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -226,7 +225,7 @@ func (p *NodePublisher) sleep(ctx context.Context, d time.Duration, changed <-ch
 	return true
 }
 
-func (p *NodePublisher) setErr(err error) {
+func (p *Publisher) setErr(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lastErr = err
@@ -234,18 +233,11 @@ func (p *NodePublisher) setErr(err error) {
 
 // Healthy returns nil while the last sync with the API server succeeded (or none failed
 // yet), and that sync's error otherwise: the API server is unreachable or refuses the node.
-func (p *NodePublisher) Healthy() error {
+func (p *Publisher) Healthy() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.lastErr != nil {
 		return fmt.Errorf("last node status sync failed: %w", p.lastErr)
 	}
 	return nil
-}
-
-// IsExtendedResourceName reports whether name is an extended resource name, the kubelet's rule
-// (resourcename.IsExtended): domain-qualified outside the kubernetes.io domains, not a quota
-// "requests." name, and a valid qualified name. Device-plugin resources are.
-func IsExtendedResourceName(name v1.ResourceName) bool {
-	return resourcename.IsExtended(string(name))
 }

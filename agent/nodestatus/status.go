@@ -1,4 +1,4 @@
-package agent
+package nodestatus
 
 import (
 	"context"
@@ -13,13 +13,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	"github.com/kdm-project/kdm/agent/internal/kubeapi"
+	"github.com/kdm-project/kdm/internal/resourcename"
 )
 
 // register creates the Node if absent, with Labels, RegisterLabels and RegisterTaints. An
 // existing Node gets Labels back if they differ, and its extended resources are zeroed when
 // the node's device state was wiped, as the kubelet does, until plugins report again.
-func (p *NodePublisher) register(ctx context.Context) error {
+func (p *Publisher) register(ctx context.Context) error {
 	nodes := p.cfg.Client.CoreV1().Nodes()
 	node, err := nodes.Get(ctx, p.cfg.NodeName, metav1.GetOptions{})
 	switch {
@@ -47,7 +49,7 @@ func (p *NodePublisher) register(ctx context.Context) error {
 			_, err := p.patchStatus(ctx, node, func(st *v1.NodeStatus) {
 				for _, list := range []v1.ResourceList{st.Capacity, st.Allocatable} {
 					for name := range list {
-						if IsExtendedResourceName(name) {
+						if resourcename.IsExtended(string(name)) {
 							list[name] = *resource.NewQuantity(0, resource.DecimalSI)
 						}
 					}
@@ -67,7 +69,7 @@ func (p *NodePublisher) register(ctx context.Context) error {
 }
 
 // restoreLabels patches the Node's labels that differ from Labels.
-func (p *NodePublisher) restoreLabels(ctx context.Context, node *v1.Node) error {
+func (p *Publisher) restoreLabels(ctx context.Context, node *v1.Node) error {
 	diff := map[string]string{}
 	for k, v := range p.cfg.Labels {
 		if node.Labels[k] != v {
@@ -91,7 +93,7 @@ func (p *NodePublisher) restoreLabels(ctx context.Context, node *v1.Node) error 
 // syncStatus publishes capacity and allocatable (Capacity less Reserved, and the manager's
 // device resources), addresses, nodeInfo and the Ready condition. An unchanged status is
 // written only every nodeStatusReportFrequency.
-func (p *NodePublisher) syncStatus(ctx context.Context) error {
+func (p *Publisher) syncStatus(ctx context.Context) error {
 	node, err := p.cfg.Client.CoreV1().Nodes().Get(ctx, p.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("getting node: %w", err)
@@ -164,14 +166,14 @@ func allocatableOf(capacity, reserved resource.Quantity) resource.Quantity {
 // patchStatus applies mutate to a copy of node's status and, if anything changed, force is
 // set or the last report is old, writes it with a strategic merge patch of the status
 // subresource. It returns the Node as written (or node when nothing was written).
-func (p *NodePublisher) patchStatus(ctx context.Context, node *v1.Node, mutate func(*v1.NodeStatus), force bool) (*v1.Node, error) {
+func (p *Publisher) patchStatus(ctx context.Context, node *v1.Node, mutate func(*v1.NodeStatus), force bool) (*v1.Node, error) {
 	updated := node.DeepCopy()
 	mutate(&updated.Status)
 	if !force && statusEqual(node.Status, updated.Status) && p.clock.Since(p.lastReport) < nodeStatusReportFrequency {
 		return node, nil
 	}
 	stampHeartbeat(&updated.Status, metav1.NewTime(p.clock.Now()))
-	patch, err := statusPatch(&v1.Node{Status: node.Status}, &v1.Node{Status: updated.Status}, v1.Node{})
+	patch, err := kubeapi.StatusPatch(&v1.Node{Status: node.Status}, &v1.Node{Status: updated.Status}, v1.Node{})
 	if err != nil {
 		return nil, fmt.Errorf("building node status patch: %w", err)
 	}
@@ -185,23 +187,10 @@ func (p *NodePublisher) patchStatus(ctx context.Context, node *v1.Node, mutate f
 	return written, nil
 }
 
-// statusPatch is the strategic merge patch from old to updated, objects of dataStruct's type.
-func statusPatch(old, updated, dataStruct any) ([]byte, error) {
-	oldJSON, err := json.Marshal(old)
-	if err != nil {
-		return nil, err
-	}
-	newJSON, err := json.Marshal(updated)
-	if err != nil {
-		return nil, err
-	}
-	return strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, dataStruct)
-}
-
 // checkNotReadyTaint logs, once per occurrence, that the Node has kept the not-ready taint
 // for notReadyTaintHintAfter while kdm reports it Ready: only the node lifecycle controller
 // of kube-controller-manager removes it, and pods without a toleration stay unscheduled.
-func (p *NodePublisher) checkNotReadyTaint(node *v1.Node) {
+func (p *Publisher) checkNotReadyTaint(node *v1.Node) {
 	tainted := false
 	for _, t := range node.Spec.Taints {
 		if t.Key == v1.TaintNodeNotReady && t.Effect == v1.TaintEffectNoSchedule {
@@ -286,7 +275,7 @@ func resourcesEqual(a, b v1.ResourceList) bool {
 func extendedOnly(list v1.ResourceList) map[string]int64 {
 	out := map[string]int64{}
 	for name, q := range list {
-		if IsExtendedResourceName(name) {
+		if resourcename.IsExtended(string(name)) {
 			out[string(name)] = q.Value()
 		}
 	}

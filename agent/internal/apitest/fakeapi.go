@@ -1,4 +1,8 @@
-package agent
+// Package apitest holds the test helpers of the agent and its node status publisher for the
+// Kubernetes API: FakeAPI, client-go's fake clientset counting the requests made to it and
+// failing those a test asks it to fail, and helpers for the real test cluster
+// (e2e/kubecluster). Only tests import it.
+package apitest
 
 import (
 	"context"
@@ -12,9 +16,9 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 )
 
-// fakeAPI is client-go's fake clientset with a log of the requests made to it and an optional
-// failure injected per verb and resource.
-type fakeAPI struct {
+// FakeAPI is client-go's fake clientset with a log of the requests made to it and an optional
+// failure injected per verb and resource. Its methods are safe for concurrent use.
+type FakeAPI struct {
 	*fake.Clientset
 
 	mu    sync.Mutex
@@ -22,8 +26,9 @@ type fakeAPI struct {
 	calls map[string]int   // "verb resource[/subresource]" → how many were made
 }
 
-func newFakeAPI(objects ...runtime.Object) *fakeAPI {
-	f := &fakeAPI{Clientset: fake.NewClientset(objects...), fails: map[string]error{}, calls: map[string]int{}}
+// NewFakeAPI returns a FakeAPI holding objects.
+func NewFakeAPI(objects ...runtime.Object) *FakeAPI {
+	f := &FakeAPI{Clientset: fake.NewClientset(objects...), fails: map[string]error{}, calls: map[string]int{}}
 	f.PrependReactor("*", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -41,22 +46,22 @@ func newFakeAPI(objects ...runtime.Object) *fakeAPI {
 	return f
 }
 
-// fail makes every verb on resource fail with err (nil: succeed again).
-func (f *fakeAPI) fail(verb, resource string, err error) {
+// Fail makes every verb on resource fail with err (nil: succeed again).
+func (f *FakeAPI) Fail(verb, resource string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fails[verb+" "+resource] = err
 }
 
-// count returns how many "verb resource[/subresource]" requests were made.
-func (f *fakeAPI) count(call string) int {
+// Count returns how many "verb resource[/subresource]" requests were made.
+func (f *FakeAPI) Count(call string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[call]
 }
 
-// eventually polls cond until it holds; after 30 s the test fails, naming what.
-func eventually(t *testing.T, what string, cond func() bool) {
+// Eventually polls cond until it holds; after 30 s the test fails, naming what.
+func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 30*time.Second, true,
 		func(context.Context) (bool, error) { return cond(), nil })
