@@ -2,34 +2,21 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kdm-project/kdm/agent/internal/apitest"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	// The API server tests share one real cluster; it is stopped before goleak looks for
-	// goroutines left behind, so client connections to it are closed.
-	testCluster.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(apitest.Main(m, testCluster)) }
 
 type fixture struct {
 	t                         *testing.T

@@ -1,23 +1,10 @@
 package nodestatus
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/kdm-project/kdm/agent/internal/apitest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	// The API server tests share one real cluster; it is stopped before goleak looks for
-	// goroutines left behind, so client connections to it are closed.
-	testCluster.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(apitest.Main(m, testCluster)) }

@@ -2,9 +2,12 @@ package apitest
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,4 +98,19 @@ func Has(name string, capacity, allocatable int64) func(*v1.Node) bool {
 		a, oka := Value(n.Status.Allocatable, name)
 		return okc && oka && c == capacity && a == allocatable
 	}
+}
+
+// Main runs a package's tests as its TestMain does and returns the exit code: after the tests
+// it stops cluster, the package's shared API server, so that client connections to it are
+// closed, and then, if the tests passed, fails the run when goroutines were left behind.
+func Main(m *testing.M, cluster *kubecluster.Shared) int {
+	code := m.Run()
+	cluster.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	return code
 }
