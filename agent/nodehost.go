@@ -18,10 +18,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Version is the version kdm reports in the Node's status.nodeInfo.kubeletVersion: the
-// kubelet version whose device manager kdm follows, marked as kdm's. A build sets its own with
+// Version is the version kdm reports in the Node's status.nodeInfo.kubeletVersion: the newest
+// kubelet whose device manager kdm follows (the default policy's), marked as kdm's. A build sets its own with
 // -ldflags "-X github.com/kdm-project/kdm/agent.Version=…"; embedders may set it before New.
-var Version = "v1.36.0-kdm"
+var Version = "v1.37.2-kdm"
 
 // host reads what the Node says about the machine. Its functions are fields so that tests can
 // stand in for the machine.
