@@ -200,6 +200,9 @@ func TestGetAsksRunningKdm(t *testing.T) {
 // admitted. This is the retry the README describes. A manifest that sets metadata.uid keeps
 // its identity through an edit and is not retried.
 func TestRejectedPodRetriedByEditingManifest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the manifest identity settle time (5 s); run by make test")
+	}
 	n := newNode(t)
 	n.startServing("8 GPUs")
 	n.mu.Lock()

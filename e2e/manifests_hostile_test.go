@@ -422,6 +422,9 @@ func slowRewrite(t *testing.T, path, body string, pause time.Duration, halfWritt
 // must not get the running pod's GPUs, which keeps them, also when kdm is SIGKILLed and started
 // again during the pause.
 func TestManifestSlowRewriteKeepsPod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out writers' pauses and the identity settle time (about 20 s); run by make test")
+	}
 	rounds := []struct {
 		name    string
 		pause   time.Duration
