@@ -3,7 +3,6 @@ package devicemanager
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -16,41 +15,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/internal/silentsock"
 )
-
-// silentSocket listens on path and accepts connections, but never reads from nor writes to
-// them: a registrant that never answers (no HTTP/2, so a dial to it waits for its timeout).
-// The connections and the listener close at cleanup.
-func silentSocket(t *testing.T, path string) {
-	t.Helper()
-	lis := listenUnix(t, path)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = lis.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-}
 
 // registerFlood runs workers goroutines, each registering its own silent socket in a loop
 // (resource(i, n) names the resource of worker i's n-th call), until stop is called, which
@@ -59,7 +25,7 @@ func registerFlood(t *testing.T, client pluginapi.RegistrationClient, dir string
 	resource func(worker, call int) string) (exhausted *atomic.Int64, stop func()) {
 	t.Helper()
 	for i := range workers {
-		silentSocket(t, filepath.Join(dir, fmt.Sprintf("silent-%d.sock", i)))
+		silentsock.Listen(t, filepath.Join(dir, fmt.Sprintf("silent-%d.sock", i)))
 	}
 	exhausted = new(atomic.Int64)
 	ctx, cancel := context.WithCancel(context.Background())

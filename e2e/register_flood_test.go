@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/internal/silentsock"
 )
 
 // Bounds of the silent Register flood test.
@@ -29,49 +29,16 @@ const (
 	silentFloodRegisterDeadline = 5 * time.Second
 )
 
-// silentSockets listens on count unix sockets in dir that accept connections but never read
-// from nor write to them: registrants that never answer. Everything closes at cleanup.
+// silentSockets listens on count unix sockets in dir that accept connections but never
+// answer (silentsock.Listen) and returns their names.
 func silentSockets(t *testing.T, dir string, count int) []string {
 	t.Helper()
-	var (
-		names     []string
-		listeners []net.Listener
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		conns     []net.Conn
-	)
+	var names []string
 	for i := range count {
 		name := fmt.Sprintf("silent-%d.sock", i)
-		lis, err := net.Listen("unix", filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		names, listeners = append(names, name), append(listeners, lis)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				c, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				conns = append(conns, c)
-				mu.Unlock()
-			}
-		}()
+		silentsock.Listen(t, filepath.Join(dir, name))
+		names = append(names, name)
 	}
-	t.Cleanup(func() {
-		for _, lis := range listeners {
-			_ = lis.Close()
-		}
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
 	return names
 }
 
