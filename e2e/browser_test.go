@@ -537,17 +537,7 @@ func TestStatusPageManyDevices(t *testing.T) {
 			Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(i % 2)}}}})
 	}
 	devs[7].Health = pluginapi.Unhealthy
-	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: resource, PluginDir: n.pluginDir, Devices: devs,
-		Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := plugin.Start(ctx); err != nil {
-		t.Fatalf("starting the plugin: %v", err)
-	}
-	t.Cleanup(plugin.Stop)
+	startSDKPlugin(t, n, resource, devs)
 	// Until the first device list is in, the resource is unknown and a pod asking for it would
 	// be admitted without devices (the kubelet's device manager does the same).
 	n.eventually("the device list", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == total-1 })
@@ -652,18 +642,7 @@ func TestStatusPageHostileNames(t *testing.T) {
 	n := newNode(t)
 	n.startKdm()
 	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
-	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: resource, PluginDir: n.pluginDir,
-		Devices: []*pluginapi.Device{{ID: bidiID, Health: pluginapi.Healthy}, {ID: "plain", Health: pluginapi.Healthy}},
-		Logger:  ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := plugin.Start(ctx); err != nil {
-		t.Fatalf("starting the plugin: %v", err)
-	}
-	t.Cleanup(plugin.Stop)
+	startSDKPlugin(t, n, resource, []*pluginapi.Device{{ID: bidiID, Health: pluginapi.Healthy}, {ID: "plain", Health: pluginapi.Healthy}})
 	n.eventually("the device list", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == 2 })
 	n.placeManifest("holder.yaml", podManifest("holder", uidOf("holder"), fmt.Sprintf("      limits:\n        %s: 2\n", resource)))
 	n.placeManifest("bidi.yaml", podManifest(bidiPod, uidOf("bidi"), ""))
@@ -886,4 +865,21 @@ func TestStatusPageLayout(t *testing.T) {
 		}
 		t.Logf("%s: card heights (and their device drawings') by device count, px: %s", vp.name, strings.Join(line, ", "))
 	}
+}
+
+// startSDKPlugin starts, in the test process, a plugin built on the deviceplugin SDK that
+// serves devs for resource to n's kdm, and stops it at cleanup.
+func startSDKPlugin(t *testing.T, n *node, resource string, devs []*pluginapi.Device) {
+	t.Helper()
+	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: resource, PluginDir: n.pluginDir, Devices: devs,
+		Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := plugin.Start(ctx); err != nil {
+		t.Fatalf("starting the plugin: %v", err)
+	}
+	t.Cleanup(plugin.Stop)
 }
