@@ -55,6 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	resource := fs.String("resource-name", nvml.DefaultResourceName, "extended resource to advertise")
 	socket := fs.String("socket-name", nvml.DefaultSocketName, "file name of the plugin's socket in --device-plugin-dir (a plain name, no \"/\"); give each copy that runs beside another its own: a copy refuses to start where a live plugin already listens")
 	cdi := fs.Bool("cdi", false, "answer Allocate with CDI device names (nvidia.com/gpu=<uuid>)")
+	devDir := fs.String("device-dir", "/dev", "host directory of the GPUs' device nodes (nvidia<N>, nvidiactl, nvidia-uvm, nvidia-uvm-tools); in the container they are under /dev")
 	healthDir := fs.String("health-control-dir", "", "directory of files named after GPU UUIDs holding Unhealthy or Healthy")
 	sysfs := fs.String("sysfs-root", nvml.DefaultSysfsRoot, "sysfs root, for GPUs' NUMA nodes")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
@@ -93,7 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	p, err := nvml.New(nvml.Config{Mock: *mock, PluginDir: *dir, ResourceName: *resource, SocketName: *socket, CDI: *cdi,
-		HealthControlDir: *healthDir, SysfsRoot: *sysfs, Logger: klog.Background()})
+		DeviceDir: *devDir, HealthControlDir: *healthDir, SysfsRoot: *sysfs, Logger: klog.Background()})
 	if err != nil {
 		fmt.Fprintf(stderr, "kdm-nvml-plugin: %v\n", err)
 		return 1

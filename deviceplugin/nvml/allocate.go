@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"context"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,7 +16,7 @@ import (
 const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
 
 // controlDevices are the device nodes every GPU container needs besides its GPUs.
-var controlDevices = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+var controlDevices = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
 
 // allocate answers Allocate: NVIDIA_VISIBLE_DEVICES and the device nodes, or CDI names.
 func (p *Plugin) allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
@@ -33,14 +34,14 @@ func (p *Plugin) allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: p.cfg.ResourceName + "=" + id})
 				continue
 			}
-			r.Devices = append(r.Devices, devSpec("/dev/nvidia"+strconv.Itoa(g.Minor)))
+			r.Devices = append(r.Devices, p.devSpec("nvidia"+strconv.Itoa(g.Minor)))
 		}
 		if len(unknown) > 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "unknown GPUs %v for %s", unknown, p.cfg.ResourceName)
 		}
 		if !p.cfg.CDI {
 			for _, c := range controlDevices {
-				r.Devices = append(r.Devices, devSpec(c))
+				r.Devices = append(r.Devices, p.devSpec(c))
 			}
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, r)
@@ -48,8 +49,14 @@ func (p *Plugin) allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	return resp, nil
 }
 
-func devSpec(path string) *pluginapi.DeviceSpec {
-	return &pluginapi.DeviceSpec{HostPath: path, ContainerPath: path, Permissions: "rw"}
+// devSpec is the device node of that name: from Config.DeviceDir on the host, under /dev in
+// the container.
+func (p *Plugin) devSpec(name string) *pluginapi.DeviceSpec {
+	host := "/dev/" + name
+	if p.cfg.DeviceDir != "" {
+		host = filepath.Join(p.cfg.DeviceDir, name)
+	}
+	return &pluginapi.DeviceSpec{HostPath: host, ContainerPath: "/dev/" + name, Permissions: "rw"}
 }
 
 // preferred answers GetPreferredAllocation: the must-include GPUs, then GPUs on the NUMA node

@@ -33,6 +33,10 @@ type Config struct {
 	PluginDir, SocketName, KubeletSocket string
 	// CDI answers Allocate with CDI device names (nvidia.com/gpu=<uuid>) instead of device nodes.
 	CDI bool
+	// DeviceDir is the host directory of the GPUs' device nodes (nvidia<minor>, nvidiactl,
+	// nvidia-uvm, nvidia-uvm-tools); in the container they are always under /dev. Zero means
+	// /dev. The mock's GPUs have no device nodes: a test makes some in a directory of its own.
+	DeviceDir string
 	// SysfsRoot is where a GPU's NUMA node is read (<root>/bus/pci/devices/<bus id>/numa_node).
 	// Zero means DefaultSysfsRoot (/sys). A relative path is read from the working directory.
 	SysfsRoot string

@@ -89,6 +89,16 @@ func TestAllocate(t *testing.T) {
 		t.Fatalf("unknown GPU: %v", err)
 	}
 
+	// DeviceDir moves the host side only; the container still sees /dev.
+	moved := mockPlugin(t, func(c *Config) { c.DeviceDir = "/srv/gpu-nodes" })
+	resp, err = moved.allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids[:1]}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := resp.ContainerResponses[0].Devices[0]; d.HostPath != "/srv/gpu-nodes/nvidia"+strconv.Itoa(p.gpus[0].Minor) || d.ContainerPath != "/dev/nvidia"+strconv.Itoa(p.gpus[0].Minor) {
+		t.Fatalf("with DeviceDir, GPU device node %+v; want the host path under /srv/gpu-nodes and the container path under /dev", d)
+	}
+
 	cdi := mockPlugin(t, func(c *Config) { c.CDI = true })
 	resp, err = cdi.allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids[:1]}}})
 	if err != nil {
