@@ -8,8 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -87,8 +90,44 @@ type Runtime struct {
 
 	trigger chan struct{}
 
+	// Owned by Run's goroutine: no lock.
+	known    map[types.UID]*v1.Pod           // pods listed by a sync, until removed
+	backoff  map[containerKey]*backOffEntry  // crash back-off per container
+	waiting  map[containerKey]waitReason     // why a container that should run does not
+	exitSeen map[string]time.Time            // when an exited container was first seen (Clock)
+	cstatus  map[string]*cri.ContainerStatus // the runtime's last status of each container
+	carried  map[types.UID]map[string]uint32 // restart counts carried over a replaced sandbox
+
 	mu       sync.Mutex
-	statuses map[types.UID]PodStatus
+	running  bool                    // Run was called
+	conn     *grpc.ClientConn        // while Run runs
+	runtime  string                  // the runtime's name, for container IDs ("containerd")
+	statuses map[types.UID]PodStatus // the last status of each listed pod
+}
+
+// runtimeClients are the CRI services of one connection.
+type runtimeClients struct {
+	rt  cri.RuntimeServiceClient
+	img cri.ImageServiceClient
+}
+
+func newClients(conn *grpc.ClientConn) runtimeClients {
+	return runtimeClients{rt: cri.NewRuntimeServiceClient(conn), img: cri.NewImageServiceClient(conn)}
+}
+
+func (r *Runtime) dial() (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(r.cfg.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("podruntime: dialing %s: %w", r.cfg.Endpoint, err)
+	}
+	return conn, nil
+}
+
+// runtimeName is the name that prefixes container IDs in statuses.
+func (r *Runtime) runtimeName() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runtime
 }
 
 // New validates cfg, fills its defaults and returns a Runtime. It starts no goroutine and does not
@@ -126,6 +165,13 @@ func New(cfg Config) (*Runtime, error) {
 		log:      cfg.Logger,
 		clock:    cfg.Clock,
 		trigger:  make(chan struct{}, 1),
+		known:    make(map[types.UID]*v1.Pod),
+		backoff:  make(map[containerKey]*backOffEntry),
+		waiting:  make(map[containerKey]waitReason),
+		exitSeen: make(map[string]time.Time),
+		cstatus:  make(map[string]*cri.ContainerStatus),
+		carried:  make(map[types.UID]map[string]uint32),
+		runtime:  "containerd",
 		statuses: make(map[types.UID]PodStatus),
 	}, nil
 }
@@ -134,7 +180,54 @@ func New(cfg Config) (*Runtime, error) {
 // ends. It returns when ctx ends, with every goroutine it started joined. It does not stop
 // containers on return: a restarted Runtime adopts them.
 func (r *Runtime) Run(ctx context.Context) error {
-	return errors.New("podruntime: not implemented")
+	conn, err := r.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return errors.New("podruntime: Run called twice")
+	}
+	r.running, r.conn = true, conn
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.conn = nil
+		r.mu.Unlock()
+	}()
+	rt := newClients(conn)
+
+	// The runtime's name prefixes container IDs; wait for the runtime to answer before the
+	// first sync, so that a restart never mistakes an unreachable runtime for an empty one.
+	ticker := time.NewTicker(r.cfg.SyncPeriod)
+	defer ticker.Stop()
+	for {
+		name, version, err := r.version(ctx, rt)
+		if err == nil {
+			r.mu.Lock()
+			r.runtime = name
+			r.mu.Unlock()
+			r.log.Info("Connected to the container runtime", "endpoint", r.cfg.Endpoint, "runtimeName", name, "runtimeVersion", version)
+			break
+		}
+		r.log.Error(err, "Container runtime not answering; retrying", "endpoint", r.cfg.Endpoint)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+	for {
+		r.syncAll(ctx, rt)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		case <-r.trigger:
+		}
+	}
 }
 
 // Trigger asks for a sync soon (a pod was admitted or removed). It never blocks.
@@ -154,6 +247,26 @@ func (r *Runtime) Status(uid types.UID) (PodStatus, bool) {
 }
 
 // Version returns the runtime's name and version ("containerd", "1.6.20").
+// It uses Run's connection while Run runs, else a connection of its own for the call.
 func (r *Runtime) Version(ctx context.Context) (name, version string, err error) {
-	return "", "", errors.New("podruntime: not implemented")
+	r.mu.Lock()
+	conn := r.conn
+	r.mu.Unlock()
+	if conn == nil {
+		if conn, err = r.dial(); err != nil {
+			return "", "", err
+		}
+		defer conn.Close()
+	}
+	return r.version(ctx, newClients(conn))
+}
+
+func (r *Runtime) version(ctx context.Context, rt runtimeClients) (name, version string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RPCTimeout)
+	defer cancel()
+	v, err := rt.rt.Version(ctx, &cri.VersionRequest{})
+	if err != nil {
+		return "", "", fmt.Errorf("podruntime: Version: %w", err)
+	}
+	return v.RuntimeName, v.RuntimeVersion, nil
 }
