@@ -103,7 +103,8 @@ func TestInitContainersInOrder(t *testing.T) {
 	r, _ := h.start()
 	pod := h.pod("init", v1.RestartPolicyAlways, h.container("app"))
 	pod.Spec.InitContainers = []v1.Container{
-		h.container("init1", "PROBE_EXIT", "0"),
+		// init1 runs a while, so that a start of init2 before its end would show.
+		h.container("init1", "PROBE_EXIT", "0", "PROBE_EXIT_AFTER", "1s"),
 		h.container("init2", "PROBE_EXIT", "0"),
 		h.container("sidecar"),
 	}
@@ -271,5 +272,43 @@ func TestRestartAdoptsAndRemovesOrphans(t *testing.T) {
 	}
 	if got := h.stoppedUIDs(); slices.Contains(got, kept.UID) {
 		t.Errorf("OnStopped called for the kept pod: %v", got)
+	}
+}
+
+// TestRestartFinishesHalfStartedPod: a Runtime stopped while a pod's second container was being
+// prepared leaves the pod half started; the next Runtime creates the missing container and keeps
+// the running one.
+func TestRestartFinishesHalfStartedPod(t *testing.T) {
+	h := newHarness(t)
+	blocked := make(chan struct{})
+	r1, stop1 := h.start(withRunOptions(func(ctx context.Context, _ *v1.Pod, c *v1.Container) (*devicemanager.RunContainerOptions, error) {
+		if c.Name == "second" {
+			close(blocked)
+			<-ctx.Done() // the Runtime stops here
+			return nil, ctx.Err()
+		}
+		return nil, nil
+	}))
+	pod := h.pod("half", v1.RestartPolicyAlways, h.container("first"), h.container("second"))
+	h.setPods(pod)
+	r1.Trigger()
+	select {
+	case <-blocked:
+	case <-time.After(waitTimeout):
+		t.Fatal("the second container's run options were never asked for")
+	}
+	stop1()
+	ctrs, _ := h.runtimeHolds(pod.UID)
+	if len(ctrs) != 1 || ctrs[0].Metadata.Name != "first" {
+		t.Fatalf("after the stop the runtime holds %d containers, want only first", len(ctrs))
+	}
+	firstID := ctrs[0].Id
+
+	r2, _ := h.start()
+	s := waitStatus(t, r2, pod.UID, "Running with both containers", func(s PodStatus) bool {
+		return s.Phase == v1.PodRunning && s.ContainerStatuses[0].State.Running != nil && s.ContainerStatuses[1].State.Running != nil
+	})
+	if got := s.ContainerStatuses[0]; got.ContainerID != "containerd://"+firstID || got.RestartCount != 0 {
+		t.Errorf("first = %s (restarts %d), want the adopted containerd://%s, not restarted", got.ContainerID, got.RestartCount, firstID)
 	}
 }

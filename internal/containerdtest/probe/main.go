@@ -2,7 +2,8 @@
 // as JSON lines on stdout (the container log) and, when PROBE_OUT names a file, in that file:
 // its environment, every device node under /dev with its major and minor numbers, its mounts,
 // and for each path in PROBE_WRITE (comma-separated) whether a write succeeded; then a line of
-// kind "ready". It then exits with PROBE_EXIT when that is set, else waits for SIGTERM or SIGINT
+// kind "ready". It then exits with PROBE_EXIT when that is set (after PROBE_EXIT_AFTER, a Go
+// duration, when that is set too), else waits for SIGTERM or SIGINT
 // and exits 0, so the same binary serves as a pod sandbox (pause) image.
 //
 // It has no dependencies beyond the standard library, so that its image stays small.
@@ -20,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // line is one report line; internal/containerdtest.ProbeLine reads it.
@@ -82,6 +84,9 @@ func main() {
 	}
 
 	if s := os.Getenv("PROBE_EXIT"); s != "" {
+		if d, err := time.ParseDuration(os.Getenv("PROBE_EXIT_AFTER")); err == nil {
+			time.Sleep(d)
+		}
 		code, err := strconv.Atoi(s)
 		if err != nil {
 			os.Stderr.WriteString("probe: PROBE_EXIT: " + err.Error() + "\n")
