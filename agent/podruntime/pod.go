@@ -85,9 +85,9 @@ func (r *Runtime) syncPod(ctx context.Context, rt runtimeClients, pod *v1.Pod, r
 			return prev // a finished pod is not started again
 		}
 		if !s.replaceSandbox(ctx, rec) {
-			return s.status(nil)
+			return s.status(ctx, nil)
 		}
-		return s.status(nil) // the next sync, soon, creates the containers
+		return s.status(ctx, nil) // the next sync, soon, creates the containers
 	}
 	s.sbID = ready.Id
 	s.sbCfg = r.sandboxConfig(pod, ready.GetMetadata().GetAttempt())
@@ -129,7 +129,7 @@ func (r *Runtime) syncPod(ctx context.Context, rt runtimeClients, pod *v1.Pod, r
 	}
 	s.prune(ctx)
 
-	st := s.status(ready)
+	st := s.status(ctx, ready)
 	if terminal(st.Phase) {
 		s.stopSidecars(ctx)
 	} else if s.syncInit(ctx) {
@@ -137,7 +137,7 @@ func (r *Runtime) syncPod(ctx context.Context, rt runtimeClients, pod *v1.Pod, r
 	}
 	if s.acted {
 		r.Trigger()
-		st = s.status(ready)
+		st = s.status(ctx, ready)
 	}
 	return st
 }
@@ -459,10 +459,8 @@ func (s *podSync) exitCode(ctx context.Context, c *cri.Container) (int32, bool) 
 }
 
 // status computes the pod's status from its containers in sandbox (nil: none ready).
-func (s *podSync) status(sandbox *cri.PodSandbox) PodStatus {
-	ctx := context.Background() // statuses are cached by the sync that just ran; a miss asks the runtime
-	ctx, cancel := context.WithTimeout(ctx, s.r.cfg.RPCTimeout)
-	defer cancel()
+// Statuses are mostly cached by the sync that just ran; a miss asks the runtime.
+func (s *podSync) status(ctx context.Context, sandbox *cri.PodSandbox) PodStatus {
 	st := PodStatus{Message: s.message}
 	if sandbox != nil {
 		st.SandboxID = sandbox.Id
