@@ -1,40 +1,61 @@
 package checkpoint
 
 import (
-	"bufio"
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
-	"time"
-
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/kdm-project/kdm/internal/hostfile"
+	impl "github.com/kdm-project/kdm/internal/checkpoint"
 )
 
 const (
-	// tempPrefix starts the name of every temporary file Write creates. The
-	// leading dot matters: the kubelet's ShouldResetExtendedResourceCapacity
-	// and plugin-socket cleanup ignore dot-files in the socket directory.
-	tempPrefix = "." + FileName + ".tmp-"
-
-	// SpareFileName is the file in the checkpoint's directory that Linux writes fill and then
-	// exchange with the checkpoint (see Write): after a write it holds the checkpoint that
-	// write replaced. Unlike the other temporary files, NewStore keeps it for later writes.
-	SpareFileName = tempPrefix + "spare"
+	// SpareFileName is the file in the checkpoint's directory that Linux
+	// writes fill and then exchange with the checkpoint (see Store.Write):
+	// after a write it holds the checkpoint that write replaced. Unlike the
+	// other temporary files, NewStore keeps it for later writes.
+	SpareFileName = impl.SpareFileName
 
 	// DirMode is the mode NewStore creates a missing directory with. It is
 	// the kubelet's: the directory is the device-plugin socket directory,
 	// which plugin processes must be able to traverse to reach kubelet.sock.
 	// The checkpoint file itself is always 0600.
-	DirMode os.FileMode = 0o755
+	DirMode = impl.DirMode
 )
+
+// StoreConfig describes a [Store]. Only Dir must be set: every other field's
+// zero value is the documented default, and NewStore never changes a value
+// that is set.
+type StoreConfig struct {
+	// Dir is the directory that holds kubelet_internal_checkpoint (the
+	// device-plugin socket directory). It must be an absolute path; NewStore
+	// creates it with DirMode when it is missing.
+	Dir string
+
+	// Logger receives the store's events (quarantine, stale temporary file
+	// removal, writes at V(4)). The zero Logger discards everything.
+	Logger klog.Logger
+
+	// OverwriteCorrupt turns quarantine off: Read only reports an unusable
+	// file, and the next Write replaces it, as the kubelet 1.36 does. The
+	// zero value, false, quarantines the file so that the evidence survives.
+	OverwriteCorrupt bool
+
+	// Clock timestamps quarantined files. Nil means clock.RealClock{}.
+	Clock clock.PassiveClock
+
+	// PlainWrites makes every write the plain one on every system: a new
+	// temporary file, fsynced, renamed over the checkpoint, and the directory
+	// fsynced. The zero value, false, lets Linux writes reuse the spare (see
+	// SpareFileName and Store.Write), which costs the disk less but relies on
+	// exchanging names and on recognising a file by its identity. The files
+	// written are the same byte for byte either way. With PlainWrites the
+	// Store never opens, writes or exchanges a spare; one that an earlier
+	// Store left is kept as it is until Remove.
+	PlainWrites bool
+}
+
+// Validate reports every value of c that NewStore would refuse, joined with
+// errors.Join in field order. It changes nothing.
+func (c StoreConfig) Validate() error { return impl.StoreConfig(c).Validate() }
 
 // Store keeps the checkpoint file of one directory durable.
 //
@@ -43,377 +64,40 @@ const (
 // same Store is replacing. Another process writing the same file (a kubelet)
 // is not coordinated with; every replacement is an atomic rename or exchange
 // of names, so the checkpoint's name always leads to a whole file. On Linux a
-// write reuses the file the previous write replaced (see replaceViaSpare)
-// under an exclusive flock, unless StoreConfig.PlainWrites is set; Read and ReadFile hold a shared flock while they
-// read, so they never see a file change under them. A reader that takes no
-// lock and keeps the file open across two writes may see the second one's
-// bytes; the checksum then fails, and reading the path again gives the whole
-// file.
+// write reuses the file the previous write replaced under an exclusive flock,
+// unless StoreConfig.PlainWrites is set; Read and ReadFile hold a shared flock
+// while they read, so they never see a file change under them.
 type Store struct {
-	dir        string
-	path       string
-	spare      string
-	logger     klog.Logger
-	quarantine bool
-	plain      bool // StoreConfig.PlainWrites: never through the spare
-	clock      clock.PassiveClock
-
-	mu sync.Mutex
-	bw *bufio.Writer // WritePrepared's write buffer, kept for the next one
-	// closed is set by Close, after which replaced files are released inline. Guarded by mu.
-	closed bool
-	// lastSize is the size of the file the last write left, or -1 if unknown; a write takes a
-	// reference to the file it replaces only when that file is large (see holdFile). Guarded
-	// by mu.
-	lastSize int64
-	// noExchange is set once the file system refused to exchange names; spareSafe is cleared
-	// while the spare may still be the checkpoint on disk (the directory sync after an
-	// exchange failed, or NewStore found a spare), until a later directory sync succeeds.
-	// Either keeps writes off the spare. Guarded by mu.
-	noExchange bool
-	spareSafe  bool
-	// checkpointHolds and spareHolds are what the Store knows the files at the checkpoint's
-	// and the spare's name hold, from its own Prepared writes; nil when it does not know. A
-	// write through the spare leaves in place what the spare already holds of the new file
-	// (see replaceViaSpare). Guarded by mu.
-	checkpointHolds, spareHolds *fileContent
-
-	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
-	releases sync.WaitGroup
+	s *impl.Store
 }
-
-// asyncReleaseSize is the size from which the file a write replaces is released on a
-// goroutine. Dropping the last reference to a file frees its blocks, which for a checkpoint of
-// 10,000 pods (7 MB on ext4) takes longer than a millisecond; nothing needs to wait for it.
-const asyncReleaseSize = 1 << 20
-
-// writeBufferSize is the size of the buffer WritePrepared writes the file through.
-const writeBufferSize = 256 << 10
 
 // NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
 // creates the directory with DirMode if it is missing, and removes temporary
 // files that a writer killed mid-write left behind (only names starting with
 // ".kubelet_internal_checkpoint.tmp-", but for SpareFileName; the kubelet's
-// own temp files are not touched). A spare found there is not written into
-// before the first write that syncs the directory. It fails with
-// cfg.Validate's error if cfg is invalid, or if the directory cannot be
-// created, listed or cleaned.
+// own temp files are not touched). It fails with cfg.Validate's error if cfg
+// is invalid, or if the directory cannot be created, listed or cleaned.
 func NewStore(cfg StoreConfig) (*Store, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	s := &Store{
-		dir:        filepath.Clean(cfg.Dir),
-		logger:     cfg.Logger, // the zero logr.Logger discards everything
-		quarantine: !cfg.OverwriteCorrupt,
-		plain:      cfg.PlainWrites,
-		clock:      cfg.Clock,
-		lastSize:   -1,
-		spareSafe:  true,
-	}
-	if s.clock == nil {
-		s.clock = clock.RealClock{}
-	}
-	s.path = filepath.Join(s.dir, FileName)
-	s.spare = filepath.Join(s.dir, SpareFileName)
-	if err := os.MkdirAll(s.dir, DirMode); err != nil {
-		return nil, fmt.Errorf("checkpoint store: create directory: %w", err)
-	}
-	if err := s.removeStaleTemps(); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *Store) removeStaleTemps() error {
-	entries, err := os.ReadDir(s.dir)
+	s, err := impl.NewStore(impl.StoreConfig(cfg))
 	if err != nil {
-		return fmt.Errorf("checkpoint store: list directory: %w", err)
+		return nil, err
 	}
-	removed := false
-	for _, e := range entries {
-		if e.Name() == SpareFileName {
-			// Kept: removing it would free its blocks and sync the directory on the way to
-			// reading the checkpoint. A previous Store may have exchanged it just before it
-			// stopped, so until a directory sync it may still be the checkpoint on disk.
-			s.spareSafe = false
-			continue
-		}
-		if !strings.HasPrefix(e.Name(), tempPrefix) || !e.Type().IsRegular() {
-			continue
-		}
-		p := filepath.Join(s.dir, e.Name())
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("checkpoint store: remove stale temporary file: %w", err)
-		}
-		removed = true
-		s.logger.V(2).Info("Removed stale checkpoint temporary file", "path", p)
-	}
-	if removed {
-		return syncDir(s.dir)
-	}
-	return nil
+	return &Store{s: s}, nil
 }
 
 // Path returns the checkpoint file's path.
-func (s *Store) Path() string { return s.path }
+func (s *Store) Path() string { return s.s.Path() }
 
-// Write replaces the checkpoint with Encode(d), durably: it writes a
-// temporary file in the same directory (mode 0600, name starting with a dot),
-// fsyncs it, renames it over the checkpoint and fsyncs the directory. On
-// Linux, once a checkpoint exists, the temporary file is the one the previous
-// write replaced, overwritten in place, and it takes the checkpoint's name by
-// an atomic exchange of the two names (see replaceViaSpare); the directory is
-// fsynced after it in every case. StoreConfig.PlainWrites turns that off. After a crash at any point the file is
-// either the old or the new checkpoint. On failure the temporary file is
-// removed and the old checkpoint is left as it was, except when only the
-// final directory fsync failed (the new file is in place, but its durability
-// is unknown).
-// Errors are *FileError; ErrInvalidUTF8 is reported before touching disk.
-func (s *Store) Write(d *Data) error {
-	b, err := Encode(d)
-	if err != nil {
-		return &FileError{Path: s.path, Err: err}
-	}
-	entries := 0
-	if d != nil {
-		entries = len(d.PodDeviceEntries)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.writeLocked(b, entries)
-}
-
-// WritePrepared is Write for Prepared content: the same file as
-// Write(p.Data()), with each entry's JSON taken from its cache. The file is
-// written piece by piece through a buffer the Store keeps, while the
-// checksum, which ends the file, is computed on a second goroutine: a large
-// checkpoint is neither built in memory whole nor hashed before its writing
-// starts. Through the spare (see Write), the bytes of the leading entries
-// that the spare already holds are not written again (see replaceViaSpare).
-// It is part of the device manager's write path (see the package documentation).
-func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, true) }
-
-// WritePreparedNoDirSync is WritePrepared without the final directory fsync,
-// for a change that a crash may undo. The file is replaced as atomically as
-// ever (written, fsynced and renamed, so a crash never leaves a partial
-// file), but until the directory is next synced, by any later Write or
-// WritePrepared, a crash may bring back the checkpoint this one replaced.
-// A write that reuses the spare (see Write) syncs the directory all the same:
-// the next write overwrites the spare, which must by then not be the
-// checkpoint on disk. It is still the cheaper write.
-func (s *Store) WritePreparedNoDirSync(p *Prepared) error { return s.writePrepared(p, false) }
-
-func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
-	if p == nil {
-		p = &Prepared{} // written as the zero Data, as Write(nil) writes it
-	}
-	reg, _, err := planPrepared(p)
-	if err != nil {
-		return &FileError{Path: s.path, Err: err}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	size := 0
-	how, err := s.replaceLocked(dirSync, p.Entries, func(f io.Writer, skip int64) error {
-		if s.bw == nil {
-			s.bw = bufio.NewWriterSize(f, writeBufferSize)
-		}
-		s.bw.Reset(f)
-		var werr error
-		sum := emitPrepared(p, reg, func(b []byte) {
-			at := int64(size)
-			size += len(b)
-			if werr != nil || int64(size) <= skip {
-				return
-			}
-			if at < skip {
-				b = b[skip-at:]
-			}
-			_, werr = s.bw.Write(b)
-		})
-		if werr != nil {
-			return werr
-		}
-		if int64(size) < skip {
-			return fmt.Errorf("checkpoint store: %d bytes to keep, but the file has %d", skip, size)
-		}
-		var tail [32]byte
-		t := appendChecksumTail(tail[:0], sum)
-		size += len(t)
-		if _, err := s.bw.Write(t); err != nil {
-			return err
-		}
-		return s.bw.Flush()
-	})
-	if s.bw != nil {
-		s.bw.Reset(nil) // let go of the file
-	}
-	if err != nil {
-		return err
-	}
-	s.logWrite(size, len(p.Entries), how)
-	return nil
-}
-
-// writeLocked replaces the checkpoint with b, the encoding of entries entries, durably.
-// Callers hold mu.
-func (s *Store) writeLocked(b []byte, entries int) error {
-	how, err := s.replaceLocked(true, nil, func(f io.Writer, _ int64) error { _, err := f.Write(b); return err })
-	if err != nil {
-		return err
-	}
-	s.logWrite(len(b), entries, how)
-	return nil
-}
-
-// writeFunc writes a checkpoint file to w, leaving out its first skip bytes, which the file
-// being filled already holds: w starts at offset skip. skip is 0 unless the write is of a
-// Prepared file (see replaceViaSpare).
-type writeFunc func(w io.Writer, skip int64) error
-
-// replacement says how a write replaced the checkpoint.
-type replacement struct {
-	viaSpare bool  // through the spare (replaceViaSpare), not a new temporary file
-	dirSync  bool  // the directory was synced after it
-	kept     int64 // bytes of the spare left as they were, not written again
-}
-
-// replaceLocked replaces the checkpoint with what write writes, through the spare when it can
-// (replaceViaSpare) and plain writes are not asked for, and a new temporary file otherwise,
-// and fsyncs the directory when dirSync is set (a write through the spare always does).
-// entries are the new file's entries when it is a Prepared file, nil otherwise. Callers hold
-// mu.
-func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (replacement, error) {
-	if !s.plain {
-		size, kept, done, err := s.replaceViaSpare(write, entries)
-		if done {
-			s.lastSize = size
-			if err != nil {
-				s.lastSize = -1
-				return replacement{}, &FileError{Path: s.path, Err: err}
-			}
-			return replacement{viaSpare: true, dirSync: true, kept: kept}, nil
-		}
-	}
-	s.checkpointHolds, s.spareHolds = nil, nil
-	var replaced *heldFile
-	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
-		replaced = holdFile(s.path)
-	}
-	size, err := writeFileAtomic(s.dir, s.path, func(w io.Writer) error { return write(w, 0) }, dirSync)
-	s.releaseReplaced(replaced)
-	s.lastSize = size
-	if err != nil {
-		s.lastSize = -1
-		return replacement{}, &FileError{Path: s.path, Err: err}
-	}
-	if dirSync {
-		s.spareSafe = true // the directory is on disk as it is now
-	}
-	return replacement{dirSync: dirSync}, nil
-}
-
-// Close waits until the files that writes replaced are released (see asyncReleaseSize). The
-// Store stays usable; later writes release what they replace before returning. The device
-// manager calls it when it stops, so that no goroutine of its store outlives it.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.releases.Wait()
-	return nil
-}
-
-// releaseReplaced drops the reference holdFile took: on a goroutine for a file of
-// asyncReleaseSize or more, unless the Store is closed. Callers hold mu.
-func (s *Store) releaseReplaced(h *heldFile) {
-	if h == nil {
-		return
-	}
-	if h.size < asyncReleaseSize || s.closed {
-		h.release()
-		return
-	}
-	s.releases.Add(1)
-	go func() {
-		defer s.releases.Done()
-		h.release()
-	}()
-}
-
-func (s *Store) logWrite(bytes, entries int, how replacement) {
-	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries,
-		"dirSynced", how.dirSync, "viaSpare", how.viaSpare, "keptBytes", how.kept)
-}
-
-// writeFileAtomic replaces path with what write writes through a temporary file in dir:
-// write, fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable.
-// It returns the number of bytes written.
-func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool) (size int64, err error) {
-	f, err := os.CreateTemp(dir, tempPrefix+"*")
-	if err != nil {
-		return 0, fmt.Errorf("create temporary file: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	cw := &countingWriter{w: f}
-	if err = write(cw); err != nil {
-		return 0, fmt.Errorf("write temporary file: %w", err)
-	}
-	if err = f.Sync(); err != nil {
-		return 0, fmt.Errorf("sync temporary file: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return 0, fmt.Errorf("close temporary file: %w", err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return 0, fmt.Errorf("rename temporary file: %w", err)
-	}
-	if !dirSync {
-		return cw.n, nil
-	}
-	if err := syncDir(dir); err != nil {
-		return 0, err // the rename happened: keep the new file
-	}
-	return cw.n, nil
-}
-
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// syncDir fsyncs a directory so that renames and removals in it are durable. Tests replace it
-// to count the syncs.
-var syncDir = fsyncDir
-
-func fsyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory: %w", err)
-	}
-	return nil
-}
+// Write replaces the checkpoint with Encode(d), durably: the new file is
+// written beside it (mode 0600, name starting with a dot), fsynced, put in
+// the checkpoint's place by an atomic rename (on Linux, once a checkpoint
+// exists, by exchanging names with the spare it refilled), and the directory
+// is fsynced. After a crash at any point the file is either the old or the new
+// checkpoint. On failure the old checkpoint is left as it was, except when
+// only the final directory fsync failed (the new file is in place, but its
+// durability is unknown). Errors are *FileError; ErrInvalidUTF8 is reported
+// before touching disk.
+func (s *Store) Write(d *Data) error { return s.s.Write(d) }
 
 // Read reads, decodes and verifies the checkpoint (see Decode).
 //
@@ -425,114 +109,15 @@ func fsyncDir(dir string) error {
 // *QuarantineError wrapping the *FileError is returned, so the caller can
 // report it and the evidence survives the next Write. If that rename fails,
 // the *FileError says so and the file stays where it was.
-func (s *Store) Read() (*Data, Layout, error) {
-	d, _, layout, err := s.read(false)
-	return d, layout, err
-}
-
-// ReadEntries is Read that also returns the file's entries as Entries, entries[i] holding
-// data.PodDeviceEntries[i] and sharing its lists and bytes, for a caller that keeps them and
-// writes them again (as Prepared). An entry that the reflection-free parser read keeps its
-// text in the file, which the first write uses if it is exactly what Encode writes, and the
-// checksum states around it: a write of the same entries in the same order neither encodes
-// nor hashes them again. The file's bytes stay in memory until the last of those entries is
-// dropped. Neither data nor the entries may be modified. It is part of the device manager's
-// write path (see the package documentation).
-func (s *Store) ReadEntries() (data *Data, entries []*Entry, layout Layout, err error) {
-	return s.read(true)
-}
-
-// read is Read, and ReadEntries when entries is set.
-func (s *Store) read(entries bool) (*Data, []*Entry, Layout, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	// A FIFO or a device planted at the path neither hangs nor fools the reader: it is
-	// refused, and is neither quarantined nor replaced.
-	b, fi, err := s.readLocked()
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, LayoutV2, &FileError{Path: s.path, Err: ErrNotFound}
-	}
-	if err != nil {
-		return nil, nil, LayoutV2, &FileError{Path: s.path, Err: fmt.Errorf("read: %w", err)}
-	}
-
-	var (
-		d      *Data
-		es     []*Entry
-		layout Layout
-	)
-	if entries {
-		d, es, layout, err = decodeEntries(b) // b is ours to give to the entries
-	} else {
-		d, layout, err = Decode(b)
-	}
-	if err == nil {
-		return d, es, layout, nil
-	}
-	ferr := &FileError{Path: s.path, Err: err}
-	if !s.quarantine || !errors.Is(err, ErrCorrupt) {
-		return nil, nil, layout, ferr
-	}
-	return nil, nil, layout, s.quarantineFile(fi, ferr)
-}
-
-// readLocked reads the checkpoint (see readFileLocked). Callers hold mu.
-func (s *Store) readLocked() ([]byte, fs.FileInfo, error) { return readFileLocked(s.path) }
-
-// ReadFile returns the content of the checkpoint file at path, read as Store.Read reads it
-// (see readFileLocked), for tools that read a live node's checkpoint: a Store writing the
-// same directory never changes the file while it is read. Like Store.Read it refuses
-// anything but a regular file (a FIFO cannot block it). Errors are *FileError naming path,
-// wrapping the open's or the read's (errors.Is(err, fs.ErrNotExist) for a missing file).
-func ReadFile(path string) ([]byte, error) {
-	b, _, err := readFileLocked(path)
-	if err != nil {
-		return nil, &FileError{Path: path, Err: fmt.Errorf("read: %w", err)}
-	}
-	return b, nil
-}
-
-// readFileLocked reads the file at path under a shared flock (see lockForRead). A file that a
-// Store is overwriting, or has just moved, is read again from the path: up to
-// readBusyAttempts times, a millisecond apart, then without the lock, as any reader would.
-func readFileLocked(path string) ([]byte, fs.FileInfo, error) {
-	for range readBusyAttempts {
-		b, fi, err := hostfile.ReadChecked(path, 0, true, lockForRead(path))
-		if !errors.Is(err, errReadBusy) {
-			return b, fi, err
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return hostfile.Read(path, 0, true)
-}
-
-// readBusyAttempts bounds how long Read waits for another Store's write (see readLocked).
-const readBusyAttempts = 100
-
-// errReadBusy is lockForRead's report that the file it was given is being overwritten.
-var errReadBusy = errors.New("checkpoint file is being replaced")
+func (s *Store) Read() (*Data, Layout, error) { return s.s.Read() }
 
 // Remove deletes the checkpoint file, and the spare holding the checkpoint
-// before it, and fsyncs the directory. A missing file is not an error. Errors
-// are *FileError.
-func (s *Store) Remove() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.checkpointHolds, s.spareHolds = nil, nil
-	spareErr := os.Remove(s.spare)
-	err := os.Remove(s.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		if spareErr != nil {
-			return nil
-		}
-		err = nil
-	}
-	if err == nil {
-		err = syncDir(s.dir)
-	}
-	if err != nil {
-		return &FileError{Path: s.path, Err: err}
-	}
-	return nil
-}
+// before it, and fsyncs the directory. A missing file is not an error.
+// Errors are *FileError.
+func (s *Store) Remove() error { return s.s.Remove() }
+
+// Close waits until the files that writes replaced are released: a large
+// replaced file is let go of on a goroutine, so that freeing its blocks is not
+// part of the write. The Store stays usable; later writes release what they
+// replace before returning.
+func (s *Store) Close() error { return s.s.Close() }

@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/endpoint"
+	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
 // snapshotLocked builds the checkpoint content from the current state. Callers hold mu.

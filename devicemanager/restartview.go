@@ -3,7 +3,7 @@ package devicemanager
 import (
 	"slices"
 
-	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
 // restartView is the part of a checkpoint that a restart reads back: the assignments and the

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
 // listModel is the device-list semantics written plainly, keeping every listed device as

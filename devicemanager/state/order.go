@@ -3,7 +3,7 @@ package state
 import (
 	"slices"
 
-	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
 // entryOrder is every checkpoint entry of the state, in the order of the checkpoint file: the

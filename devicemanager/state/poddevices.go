@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
 // NoTopology is the pseudo NUMA node under which devices without topology are recorded.

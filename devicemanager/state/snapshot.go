@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kdm-project/kdm/checkpoint"
+	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
 // Snapshot returns the checkpoint data of the current state: every assignment, in the order

@@ -11,11 +11,11 @@ import (
 )
 
 // fastPathsOff is package checkpoint's switch of its hand-written fast paths (see
-// checkpoint/fastpaths.go), zero everywhere but in this binary when FastPathsEnv names paths
+// internal/checkpoint/fastpaths.go), zero everywhere but in this binary when FastPathsEnv names paths
 // to turn off, to measure what each one buys. go:linkname reaches the unexported variable;
 // its type and bits are mirrored here, and TestFastPathSwitch checks the spare's.
 //
-//go:linkname fastPathsOff github.com/kdm-project/kdm/checkpoint.fastPathsOff
+//go:linkname fastPathsOff github.com/kdm-project/kdm/internal/checkpoint.fastPathsOff
 var fastPathsOff uint32
 
 // FastPathsEnv names the fast paths of package checkpoint this binary turns off, separated by

@@ -7,8 +7,8 @@ import (
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kdm-project/kdm/checkpoint"
 	kdm "github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/internal/checkpoint"
 	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
 

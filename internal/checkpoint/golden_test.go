@@ -19,7 +19,7 @@ import (
 
 // goldenDir holds checkpoints written by the real kubelet v1.36.0 (and one by
 // the v1.29.0 V1 code); see its README.md.
-const goldenDir = "../testdata/kubelet-1.36-checkpoints"
+const goldenDir = "../../testdata/kubelet-1.36-checkpoints"
 
 func readGolden(t testing.TB, name string) []byte {
 	t.Helper()

@@ -1,0 +1,122 @@
+// Package checkpoint is the implementation of the public package
+// github.com/kdm-project/kdm/checkpoint, which re-exports its format and its
+// Store, and the device manager's write path, which stays here.
+//
+// It reads and writes the kubelet device manager's kubelet_internal_checkpoint
+// file, byte-compatible with kubelet v1.36.0, and keeps it durable on disk. It
+// knows nothing about plugins or pods: it maps between the file and Data. The
+// contract of Data, Encode, Decode, Checksum, Store.Read, Store.Write and the
+// errors is the public package's documentation.
+//
+// # The device manager's write path
+//
+// Entry, Registered, Prepared, EncodePrepared, Store.WritePrepared,
+// Store.WritePreparedNoDirSync and Store.ReadEntries are the same format for a
+// writer that keeps its content between writes, as the device manager does:
+// each piece's JSON is made once and its part of the checksum reused, and a
+// write through the spare leaves in place the leading entries the spare
+// already holds. They produce the bytes Encode produces. They live here, out
+// of the public package, because only the device manager and its benchmarks
+// (test/upstreambench, whose module may import this package) need them.
+//
+// The package name is part of the kubelet's checksummed text as go-spew
+// prints it ("checkpoint.DevicesPerNUMA"): the tests' reflection oracle
+// declares its types in this package, so it must stay named checkpoint.
+package checkpoint
+
+// Notes for maintainers: how the package is fast and what the store relies on. They are kept
+// out of the package documentation, which states the contract.
+//
+// Format
+//
+// Encode produces exactly the bytes the kubelet's encoding/json writes for
+// the same values, so a kubelet accepts kdm's files and kdm's golden tests
+// compare byte for byte with files the real kubelet wrote
+// (testdata/kubelet-1.36-checkpoints). nil and empty slices and maps are
+// different values (null versus [] or {}; "<nil>" versus "[]" in the
+// checksum), and Decode keeps the difference so that a decoded file verifies
+// and re-encodes to the same bytes.
+//
+// Decode reads the file exactly as encoding/json does, like the kubelet, so
+// it has the kubelet's quirks: keys match case-insensitively, unknown keys
+// are ignored, a missing entry list or registered-device map reads as empty,
+// and JSON errors read exactly like the kubelet's. Files in the plain shape
+// that Encode and the kubelet write (exact keys, no escapes, canonical
+// numbers) take a reflection-free parser, fuzzed against encoding/json, that
+// makes Decode about three times as fast (for a large file the entries are
+// hashed on a second goroutine while the rest is parsed); anything else goes
+// through encoding/json itself. Decode also reads the pre-1.20 (V1) layout, with its
+// different checksum, and converts it the way kubelets 1.20 to 1.29 did (all
+// devices under NUMA node 0); kubelet 1.36 itself rejects V1 files.
+//
+// Checksum
+//
+// The kubelet's checksum is FNV-1a 32 over go-spew's "%#v" dump of its
+// unexported checkpoint.checkpointData value, so Go package and type names
+// are part of the hashed text. Rather than declaring look-alike types and
+// running reflection, Checksum emits the grammar of that text (docs/behaviour.md#checkpoint-checksum)
+// directly into the hash. Two observations make it fast: an FNV-1a step only
+// XORs into the low byte, so hashing any constant piece of text is one
+// multiply plus one lookup keyed by the incoming low byte; and most of the
+// hashed text is the decimal dump of AllocResp bytes, which therefore costs
+// one such step per byte. The tables are built once on first use and never
+// change afterwards; they are the package's only package-level state. Tests
+// prove the emitter identical to the real go-spew printer (the kubelet's
+// way, run on a checkpointData type declared in the test package) by
+// fuzzing, and to the kubelet's output on every golden file. Encode computes
+// the checksum on a second goroutine for large data and joins it before it
+// returns.
+//
+// A writer that keeps its entries between writes (the device manager) holds
+// them as Entries and writes them as Prepared: each Entry's JSON is made once
+// and its part of the checksum is reused while the entries before it stay the
+// same. Store.ReadEntries returns a file's entries as such Entries, so that the
+// first write after a restart need not encode or hash them again either: each
+// keeps its text in the file, used once checked to be exactly Encode's, and the
+// checksum states the reader's hash went through before and after it, turned
+// into its part of the checksum when first needed (the reader does not spend a
+// pass over the text on it).
+//
+// Encode refuses strings that are not valid UTF-8 (ErrInvalidUTF8): the
+// kubelet would write them as U+FFFD while hashing the original bytes,
+// producing a file that never verifies.
+//
+// Durable store
+//
+// Store owns the file in one directory. Write goes through a temporary file
+// in the same directory (a dot-file, so the kubelet's directory scans ignore
+// it), fsyncs it, renames it over the checkpoint and, unlike the kubelet,
+// also fsyncs the directory, so a crash leaves either the old or the new
+// file. NewStore removes temporary files a killed writer left behind. The
+// file mode is 0600; a missing directory is created 0755, the kubelet's
+// mode, because it is the device-plugin socket directory that plugins must
+// traverse. When the file being replaced is large, the Store keeps a
+// reference to it across the rename and drops it on a goroutine, so freeing
+// its blocks is not part of the write; Close waits for those goroutines.
+//
+// On Linux, once a checkpoint exists and unless StoreConfig.PlainWrites is set, a write does
+// not make a new file: it
+// overwrites the spare (SpareFileName, the file the previous write replaced),
+// fsyncs it, exchanges its name with the checkpoint's in one atomic step
+// (renameat2 RENAME_EXCHANGE) and fsyncs the directory. Overwriting allocated
+// blocks and swapping two names costs the disk a half to two thirds of what
+// a new file costs, and nothing is freed. The directory sync follows every
+// such write, because the next one overwrites the spare, which must by then
+// not be the checkpoint on disk. As the spare holds the file of two writes
+// before, a WritePrepared whose first entries are the same Entries as that
+// file's leaves those bytes in place and writes (and syncs) only the rest,
+// if the spare is still the file the Store wrote: same inode, size,
+// modification and change times (see fileID for what that catches). The spare is overwritten only under an
+// exclusive flock and only while it is still the file at its name; Read and
+// ReadFile hold a shared flock on the file they read. Only a regular file of
+// the Store's user with one name is written into (one with another mode than
+// 0600 is replaced first), and a file system that cannot exchange names gets
+// new files as before.
+//
+// By default Read quarantines an unusable file (bad JSON, unknown layout,
+// checksum mismatch): it renames it to
+// "kubelet_internal_checkpoint.corrupt-<UTC time>" and returns a
+// *QuarantineError, so the caller learns about it and the evidence is not
+// silently overwritten by the next write. StoreConfig.OverwriteCorrupt
+// restores the kubelet 1.36 behaviour (report only; the next Write replaces the file).
+//
