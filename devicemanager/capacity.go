@@ -32,7 +32,7 @@ func (m *Manager) GetCapacity() (capacity, allocatable v1.ResourceList, removed 
 	}
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()
-	removed = m.st.EachCapacity(m.cfg.Clock.Now(), m.cfg.GracePeriod, func(res string, c state.Counts) {
+	removed = m.st.Capacity(m.cfg.Clock.Now(), m.cfg.GracePeriod, func(res string, c state.Counts) {
 		capacity[v1.ResourceName(res)] = *resource.NewQuantity(c.Capacity, resource.DecimalSI)
 		allocatable[v1.ResourceName(res)] = *resource.NewQuantity(c.Allocatable, resource.DecimalSI)
 	})

@@ -123,7 +123,7 @@ func TestEndpointSyncOnDisconnect(t *testing.T) {
 	m.GetCapacity()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.endpoints)+len(m.st.Listed()) != 0 || m.st.Known(gpu) {
+	if len(m.endpoints)+len(m.st.Listed()) != 0 || m.st.Plugin(gpu).Known {
 		t.Errorf("after expiry: endpoints=%v resources with devices=%v", m.endpoints, m.st.Listed())
 	}
 }

@@ -171,7 +171,7 @@ func (m *Manager) readCheckpoint() (applyLocked func(), err error) {
 // applyCheckpointLocked restores the assignments and registered resources of a checkpoint
 // read with Store.ReadEntries. Callers hold mu.
 func (m *Manager) applyCheckpointLocked(data *checkpoint.Data, entries []*checkpoint.Entry, layout checkpoint.Layout) {
-	bad := m.st.RestoreRead(data, entries, m.cfg.Clock.Now())
+	bad := m.st.Restore(data, entries, m.cfg.Clock.Now())
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped checkpoint entry whose allocation response does not decode",
 			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)
@@ -233,7 +233,7 @@ func (m *Manager) recoverAllocations(why string) error {
 	}
 	entries := m.sources.RecoveredAllocations
 	m.mu.Lock()
-	bad := m.st.RestoreAssignments(entries)
+	bad := m.st.Restore(&checkpoint.Data{PodDeviceEntries: entries}, nil, m.cfg.Clock.Now())
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped recovered assignment whose allocation response does not decode",
 			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)

@@ -40,7 +40,7 @@ func (m *Manager) disconnectLocked(resource string, stoppedAt time.Time) bool {
 }
 
 // applyDeviceListLocked applies a device list of the resource's current instance
-// (State.ApplyDeviceListForPods) and returns the pods to name on Updates: those holding a
+// (State.ApplyDeviceList) and returns the pods to name on Updates: those holding a
 // device whose listed health changed and, for a new instance's first list, those holding a
 // device the list makes healthy again after a disconnect had marked it unhealthy (its listed
 // health did not change, so the list alone shows no change). Callers hold mu.
@@ -55,7 +55,7 @@ func (m *Manager) applyDeviceListLocked(resource string, devs []*pluginapi.Devic
 			}
 		}
 	}
-	uids := m.st.ApplyDeviceListForPods(resource, devs)
+	uids := m.st.ApplyDeviceList(resource, devs)
 	if len(down) == 0 {
 		return uids
 	}

@@ -312,7 +312,7 @@ func replayGolden(t *testing.T, name string, sc *goldenScenario) {
 	}
 	m3 := testManager(t, kdir, Config{}, Sources{})
 	m3.mu.Lock()
-	restoredEntries := m3.st.Snapshot().PodDeviceEntries
+	restoredEntries := m3.st.Prepared().Data().PodDeviceEntries
 	m3.mu.Unlock()
 	if diff := cmp.Diff(kdata.Sorted().PodDeviceEntries, restoredEntries); diff != "" {
 		t.Errorf("state restored from the kubelet's checkpoint (-kubelet +ours):\n%s", diff)
@@ -457,7 +457,7 @@ func TestLegacyCheckpointPolicy(t *testing.T) {
 		}
 		m := testManager(t, dir, Config{Policy: tc.policy}, Sources{})
 		m.mu.Lock()
-		entries := m.st.Snapshot().PodDeviceEntries
+		entries := m.st.Prepared().Data().PodDeviceEntries
 		m.mu.Unlock()
 		if len(entries) != tc.want {
 			t.Fatalf("ReadLegacyCheckpoint=%v: %d entries restored, want %d", tc.policy.ReadLegacyCheckpoint, len(entries), tc.want)

@@ -100,7 +100,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	b := testManager(t, dir, Config{}, Sources{})
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if diff := cmp.Diff(a.st.Snapshot().PodDeviceEntries, b.st.Snapshot().PodDeviceEntries); diff != "" {
+	if diff := cmp.Diff(a.st.Prepared().Data().PodDeviceEntries, b.st.Prepared().Data().PodDeviceEntries); diff != "" {
 		t.Fatalf("restored entries (-want +got):\n%s", diff)
 	}
 	if got := b.runOptionsLocked("p1", "c1"); len(got.Envs) != 1 || len(got.Mounts) != 1 || len(got.CDIDevices) != 1 {

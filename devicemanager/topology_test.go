@@ -322,8 +322,7 @@ func TestHintsWithReusableDevices(t *testing.T) {
 	m, _ := New(Config{PluginDir: "/x", NUMANodes: []int{0, 1}})
 	seed(m, gpu, numaDevice("a", 0), numaDevice("b", 1), numaDevice("c", 1))
 	hold(m, "p", "init", gpu, "a")
-	m.st.ReusePool("p")
-	m.st.ContainerAllocated("p", "init", true)
+	m.st.NewContainerSteps("p", "init", true, nil).Next(m.st) // the init container's devices become reusable
 	m.sources = Sources{SourcesReady: func() bool { return false }}
 	c := container("app", map[string]int64{gpu: 2})
 	got := m.GetTopologyHints(testPod("p", c), &c)[gpu]

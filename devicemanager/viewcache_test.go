@@ -3,6 +3,7 @@ package devicemanager
 import (
 	"context"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func referenceResources(m *Manager) []ResourceView {
 		}
 		devs := make([]DeviceView, 0, ids.Len())
 		for _, id := range sets.List(ids) {
-			d := DeviceView{ID: id, Health: DeviceUnknown, Reserved: m.st.Reserved(res, id)}
+			d := DeviceView{ID: id, Health: DeviceUnknown, Reserved: slices.Contains(m.st.ReservedIDs(res), id)}
 			switch {
 			case healthy.Has(id):
 				d.Health = DeviceHealthy

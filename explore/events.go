@@ -321,7 +321,7 @@ func (w *world) nextTimer() (time.Time, bool) {
 
 // expire is GetCapacity's removal of resources whose grace period is over, with its write.
 func (w *world) expire() {
-	if _, removed := w.st.Capacity(w.now, w.grace()); len(removed) > 0 {
+	if removed := w.st.Capacity(w.now, w.grace(), nil); len(removed) > 0 {
 		w.writeCheckpoint()
 	}
 }

@@ -238,7 +238,7 @@ func (w *world) startManager(running []state.ContainerKey) {
 		}
 	}
 	if usable {
-		w.st.Restore(data, w.now)
+		w.st.Restore(data, nil, w.now)
 		return
 	}
 	if !w.records {
@@ -254,7 +254,7 @@ func (w *world) startManager(running []state.ContainerKey) {
 		return
 	}
 	keep, _ := state.DropConflictingEntries(recs)
-	w.st.RestoreAssignments(keep)
+	w.st.Restore(&checkpoint.Data{PodDeviceEntries: keep}, nil, w.now)
 	for _, res := range w.st.AllocatedResources() {
 		w.st.AddRestored(res, w.now)
 	}
@@ -264,7 +264,7 @@ func (w *world) startManager(running []state.ContainerKey) {
 // writeCheckpoint is a durable write of the current state (temp file, fsync, rename,
 // directory fsync): a crash leaves the old file or the new one, never a torn one.
 func (w *world) writeCheckpoint() {
-	b, err := checkpoint.Encode(w.st.Snapshot())
+	b, err := checkpoint.Encode(w.st.Prepared().Data())
 	if err != nil {
 		w.note("checkpoint encoding failed: %v", err)
 		return

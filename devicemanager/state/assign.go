@@ -9,11 +9,8 @@ import (
 	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
-// Reserved reports whether an allocation in flight has picked the device.
-func (s *State) Reserved(res, id string) bool { return s.pending[res].Has(id) }
-
-// Release drops the reservations of ids, made by Select.
-func (s *State) Release(res string, ids sets.Set[string]) {
+// release drops the reservations of ids, made by Select.
+func (s *State) release(res string, ids sets.Set[string]) {
 	if s.pending[res] == nil {
 		return
 	}
@@ -51,22 +48,22 @@ func (s *State) DevicesPerNUMA(res string, ids sets.Set[string]) (checkpoint.Dev
 // Commit turns the reservation of ids into the container's allocation of the resource, with
 // the plugin's answer.
 func (s *State) Commit(podUID, container, res string, ids sets.Set[string], devs checkpoint.DevicesPerNUMA, resp *pluginapi.ContainerAllocateResponse) {
-	s.Release(res, ids)
+	s.release(res, ids)
 	s.put(podUID, container, res, newAllocation(devs, resp, nil))
 }
 
-// Uncommit removes the container's allocations of the given resources (a commit whose
+// uncommit removes the container's allocations of the given resources (a commit whose
 // checkpoint write failed).
-func (s *State) Uncommit(podUID, container string, resources []string) {
+func (s *State) uncommit(podUID, container string, resources []string) {
 	for _, res := range resources {
 		s.drop(podUID, container, res, false)
 	}
 }
 
-// ReusePool returns a copy of the pod's init-container reuse pool: per resource, the devices
+// reusePool returns a copy of the pod's init-container reuse pool: per resource, the devices
 // its completed regular init containers held that later containers may take. It starts the
 // pool if the pod has none.
-func (s *State) ReusePool(podUID string) map[string]sets.Set[string] {
+func (s *State) reusePool(podUID string) map[string]sets.Set[string] {
 	if s.reuse[podUID] == nil {
 		s.reuse[podUID] = map[string]sets.Set[string]{}
 	}
@@ -80,13 +77,13 @@ func (s *State) ReusePool(podUID string) map[string]sets.Set[string] {
 // PoolOf returns the pod's reuse pool of the resource, read-only; nil if none.
 func (s *State) PoolOf(podUID, res string) sets.Set[string] { return s.reuse[podUID][res] }
 
-// ContainerAllocated updates the pod's reuse pool after the container's allocation: a regular
+// containerAllocated updates the pod's reuse pool after the container's allocation: a regular
 // init container adds what it holds; a sidecar or app container takes what it holds out. A pod
 // whose pool was garbage-collected meanwhile is left without one.
 //
 // A pool left with no device is dropped: the pod's next allocation starts a new one
-// (ReusePool), and garbage collection only has the pools that hold devices to look at.
-func (s *State) ContainerAllocated(podUID, container string, regularInit bool) {
+// (reusePool), and garbage collection only has the pools that hold devices to look at.
+func (s *State) containerAllocated(podUID, container string, regularInit bool) {
 	pool := s.reuse[podUID]
 	if pool == nil {
 		return

@@ -57,7 +57,7 @@ func BenchmarkLargeDeviceList(b *testing.B) {
 			if err != nil || ids.Len() != 1 {
 				b.Fatalf("Select: %v %v", ids, err)
 			}
-			s.Release("r", ids)
+			s.release("r", ids)
 		}
 	})
 }

@@ -15,7 +15,7 @@ type ResourceCapacity struct {
 	StoppedAt time.Time
 }
 
-// CapacityView is what EachCapacity would report, resource by resource, as of the last change
+// CapacityView is what Capacity would report, resource by resource, as of the last change
 // to any resource's device sets or plugin presence: every resource with a device list. A view
 // is never modified once published.
 type CapacityView []ResourceCapacity
@@ -37,7 +37,7 @@ type capacityCell struct{ p atomic.Pointer[CapacityView] }
 // CapacityView returns the view as of the state's last change to device sets or plugin
 // presence. Unlike the other methods, it may be called concurrently with anything, so that
 // readers of capacity (node status) never wait for the owner's lock; it runs no grace-period
-// check and removes nothing (see Expired and EachCapacity).
+// check and removes nothing (see Expired and Capacity).
 func (s *State) CapacityView() CapacityView {
 	if v := s.capacity.p.Load(); v != nil {
 		return *v

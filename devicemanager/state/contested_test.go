@@ -34,7 +34,7 @@ func TestContests(t *testing.T) {
 		claim("b", "app", "g1", "g3"), claim("b", "side", "g1"),
 		claim("c", "app", "g4"),
 	}
-	if bad := s.RestoreAssignments(entries); len(bad) != 0 {
+	if bad := s.Restore(&checkpoint.Data{PodDeviceEntries: entries}, nil, origin); len(bad) != 0 {
 		t.Fatalf("restore skipped %v", bad)
 	}
 	want := []Contest{{Resource: "gpu", DeviceID: "g1", PodUIDs: []string{"a", "b"}}}
@@ -47,12 +47,12 @@ func TestContests(t *testing.T) {
 	if got := s.ContestsOf("c"); len(got) != 0 {
 		t.Fatalf("ContestsOf(c) = %v, want none", got)
 	}
-	if got := sets.List(s.Available("gpu")); !cmp.Equal(got, []string{"g5"}) {
+	if got := sets.List(s.available("gpu")); !cmp.Equal(got, []string{"g5"}) {
 		t.Fatalf("available %v, want only g5", got)
 	}
 
 	// One of b's containers goes (a failed commit undone): b still claims g1 through the other.
-	s.Uncommit("b", "side", []string{"gpu"})
+	s.uncommit("b", "side", []string{"gpu"})
 	if diff := cmp.Diff(want, s.Contests()); diff != "" {
 		t.Fatalf("contests after one of b's containers left (-want +got):\n%s", diff)
 	}
@@ -73,10 +73,10 @@ func TestContests(t *testing.T) {
 	if got := s.TakeSettled(); got != nil {
 		t.Fatalf("settled named again: %v", got)
 	}
-	if got := sets.List(s.Available("gpu")); !cmp.Equal(got, []string{"g3", "g5"}) {
+	if got := sets.List(s.available("gpu")); !cmp.Equal(got, []string{"g3", "g5"}) {
 		t.Fatalf("available %v, want g3 and g5", got)
 	}
-	if !s.IsAllocated("gpu", "g1") {
+	if !s.isAllocated("gpu", "g1") {
 		t.Fatalf("g1 freed while a holds it")
 	}
 }
@@ -84,7 +84,7 @@ func TestContests(t *testing.T) {
 // TestContestsOfThreeClaimants: a device three pods claim stays contested until two are gone.
 func TestContestsOfThreeClaimants(t *testing.T) {
 	s := New(Options{})
-	s.RestoreAssignments([]checkpoint.PodDevicesEntry{claim("a", "c", "g1"), claim("b", "c", "g1"), claim("c", "c", "g1")})
+	s.Restore(&checkpoint.Data{PodDeviceEntries: []checkpoint.PodDevicesEntry{claim("a", "c", "g1"), claim("b", "c", "g1"), claim("c", "c", "g1")}}, nil, origin)
 	s.RemoveInactive(sets.New("a", "b"))
 	want := []Contest{{Resource: "gpu", DeviceID: "g1", PodUIDs: []string{"a", "b"}}}
 	if diff := cmp.Diff(want, s.Contests()); diff != "" {

@@ -156,7 +156,7 @@ func deviceListMatchesModel(t *testing.T) {
 				what = "snapshot"
 			}
 			if what == "new list" || what == "same devices" {
-				got, want := s.ApplyDeviceList("r", last), m.apply(last)
+				got, want := s.applyDeviceList("r", last, true), m.apply(last)
 				slices.Sort(got)
 				slices.Sort(want)
 				if !slices.Equal(got, want) {
@@ -196,7 +196,7 @@ func compareWithModel(t *testing.T, at string, s *State, m *listModel, registere
 	if !registered {
 		return
 	}
-	if reg := s.Snapshot().RegisteredDevices["r"]; !slices.Equal(reg, sets.List(m.healthy)) {
+	if reg := s.Prepared().Data().RegisteredDevices["r"]; !slices.Equal(reg, sets.List(m.healthy)) {
 		t.Fatalf("%s: registered %v, want %v", at, reg, sets.List(m.healthy))
 	}
 }
@@ -306,7 +306,7 @@ func TestRegisteredNotSortedAgain(t *testing.T) {
 	first := s.Prepared().Registered[0]
 
 	s.Disconnect("r", origin)
-	if got := s.Snapshot().RegisteredDevices["r"]; len(got) != 0 {
+	if got := s.Prepared().Data().RegisteredDevices["r"]; len(got) != 0 {
 		t.Fatalf("registered %v after the disconnect, want none", got)
 	}
 	s.Connect("r")
@@ -317,18 +317,19 @@ func TestRegisteredNotSortedAgain(t *testing.T) {
 
 	flipped := mutate(rand.New(rand.NewPCG(7, 7)), devs)
 	s.ApplyDeviceList("r", flipped)
-	if got, want := s.Snapshot().RegisteredDevices["r"], sets.List(s.Healthy("r")); !slices.Equal(got, want) {
+	if got, want := s.Prepared().Data().RegisteredDevices["r"], sets.List(s.Healthy("r")); !slices.Equal(got, want) {
 		t.Errorf("after a flip: registered %v, want %v", got, want)
 	}
 	s.ApplyDeviceList("r", devs)
-	if got, want := s.Snapshot().RegisteredDevices["r"], sets.List(s.Healthy("r")); !slices.Equal(got, want) || len(got) != 100 {
+	if got, want := s.Prepared().Data().RegisteredDevices["r"], sets.List(s.Healthy("r")); !slices.Equal(got, want) || len(got) != 100 {
 		t.Errorf("after flipping back: registered %d devices, want the 100 sorted", len(got))
 	}
 }
 
-// TestApplyDeviceListForPods: the pods it returns are PodsHolding of the IDs ApplyDeviceList
-// reports, on random lists with and without pods holding devices, on both rebuild paths.
-func TestApplyDeviceListForPods(t *testing.T) {
+// TestApplyDeviceListPods: the pods it returns are PodsHolding of the IDs that are new or
+// changed health (applyDeviceList collecting them always), on random lists with and without
+// pods holding devices, on both rebuild paths.
+func TestApplyDeviceListPods(t *testing.T) {
 	rebuildPaths(t, func(t *testing.T) {
 		for seed := uint64(1); seed <= 200; seed++ {
 			rng := rand.New(rand.NewPCG(seed, 1))
@@ -347,8 +348,8 @@ func TestApplyDeviceListForPods(t *testing.T) {
 					}
 				}
 				devs := randomList(rng)
-				want := a.PodsHolding("r", a.ApplyDeviceList("r", devs))
-				if got := b.ApplyDeviceListForPods("r", devs); !slices.Equal(got, want) {
+				want := a.PodsHolding("r", a.applyDeviceList("r", devs, true))
+				if got := b.ApplyDeviceList("r", devs); !slices.Equal(got, want) {
 					t.Fatalf("seed %d step %d: pods %v, want %v", seed, step, got, want)
 				}
 				if !a.Healthy("r").Equal(b.Healthy("r")) || !a.Unhealthy("r").Equal(b.Unhealthy("r")) {

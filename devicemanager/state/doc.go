@@ -11,6 +11,11 @@
 // wraps the same State with simulated plugins, disks and crashes. Both therefore run the same
 // rules, and the rules are tested here directly, from the scripts in testdata/state.
 //
+// Each operation has one method. What makes the device manager's checkpoint writes cheap is
+// kept behind them: every assignment keeps its encoded checkpoint entry, the registered device
+// lists stay sorted between snapshots (Prepared), and a restore keeps the entries the store
+// read (Restore).
+//
 // The one call that leaves the core is Select's PreferredFunc, the plugin's
 // GetPreferredAllocation: the owner may release its lock while it runs, and Select re-checks
 // every device against the state as it is when the call returns.

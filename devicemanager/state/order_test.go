@@ -74,7 +74,7 @@ func TestSnapshotKeepsFileOrder(t *testing.T) {
 			s.Commit(p, c, res, sets.New(id), checkpoint.DevicesPerNUMA{NoTopology: {id}}, resp)
 			committedAt[[3]string{p, c, res}] = step
 		case op < 6:
-			s.Uncommit(pod(), ctr(), []string{res})
+			s.uncommit(pod(), ctr(), []string{res})
 		case op == 6:
 			none := func(_, _ sets.Set[string], _ int) (sets.Set[string], error) { return sets.New[string](), nil }
 			p, c := pod(), ctr()
@@ -83,7 +83,7 @@ func TestSnapshotKeepsFileOrder(t *testing.T) {
 				break
 			}
 			if rng.IntN(2) == 0 {
-				s.Release(res, ids)
+				s.release(res, ids)
 				break
 			}
 			devs, _, ok := s.DevicesPerNUMA(res, ids)
@@ -114,7 +114,7 @@ func TestSnapshotKeepsFileOrder(t *testing.T) {
 		default:
 			n := New(Options{})
 			n.resources = s.resources
-			if bad := n.RestoreAssignments(s.Snapshot().PodDeviceEntries); len(bad) > 0 {
+			if bad := n.Restore(&checkpoint.Data{PodDeviceEntries: s.Prepared().Data().PodDeviceEntries}, nil, origin); len(bad) > 0 {
 				t.Fatalf("step %d: entries did not decode: %v", step, bad)
 			}
 			s = n
@@ -122,15 +122,15 @@ func TestSnapshotKeepsFileOrder(t *testing.T) {
 		for _, r := range resources {
 			want := sets.New[string]()
 			for id := range s.Healthy(r) {
-				if !s.IsAllocated(r, id) && !s.Reserved(r, id) {
+				if !s.isAllocated(r, id) && !s.pending[r].Has(id) {
 					want.Insert(id)
 				}
 			}
-			if got := s.Available(r); !got.Equal(want) {
+			if got := s.available(r); !got.Equal(want) {
 				t.Fatalf("step %d: Available(%s) = %v, want %v", step, r, sets.List(got), sets.List(want))
 			}
 		}
-		got, want := s.Snapshot(), referenceSnapshot(s, committedAt)
+		got, want := s.Prepared().Data(), referenceSnapshot(s, committedAt)
 		if !reflect.DeepEqual(got.PodDeviceEntries, want.PodDeviceEntries) {
 			t.Fatalf("step %d: entries\n got %v\nwant %v", step, got.PodDeviceEntries, want.PodDeviceEntries)
 		}

@@ -233,8 +233,8 @@ func (s *State) AllocatedCount(res string) int { return len(s.held[res]) }
 // AllocatedResources returns the resources of which some container holds a device, sorted.
 func (s *State) AllocatedResources() []string { return SortedKeys(s.held) }
 
-// IsAllocated reports whether some container holds the device.
-func (s *State) IsAllocated(res, id string) bool { return s.held[res][id] > 0 }
+// isAllocated reports whether some container holds the device.
+func (s *State) isAllocated(res, id string) bool { return s.held[res][id] > 0 }
 
 // PodsHolding returns the UIDs of the pods holding any of the resource's IDs, each once, in
 // pod UID order. The kubelet matches IDs across all resources; the core matches within the

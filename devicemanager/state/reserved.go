@@ -3,5 +3,5 @@ package state
 import "k8s.io/apimachinery/pkg/util/sets"
 
 // ReservedIDs returns, sorted, the devices of the resource that allocations in flight have
-// picked (see Reserved): a read of the reservations alone, whatever the resource's size.
+// picked (see Select): a read of the reservations alone, whatever the resource's size.
 func (s *State) ReservedIDs(res string) []string { return sets.List(s.pending[res]) }

@@ -91,7 +91,7 @@ func (s *State) Select(req Request, preferred PreferredFunc) (sets.Set[string], 
 			if chosen.Has(id) || !s.isHealthy(res, id) || s.pending[res].Has(id) {
 				return false
 			}
-			return mayBeHeld || !s.IsAllocated(res, id)
+			return mayBeHeld || !s.isAllocated(res, id)
 		}
 		for _, id := range smallestEligible(ids, needed, eligible) {
 			chosen.Insert(id)
@@ -101,7 +101,7 @@ func (s *State) Select(req Request, preferred PreferredFunc) (sets.Set[string], 
 		return needed == 0
 	}
 	fail := func(err error) (sets.Set[string], Outcome, error) {
-		s.Release(res, chosen)
+		s.release(res, chosen)
 		return nil, Picked, err
 	}
 
@@ -154,11 +154,8 @@ func (s *State) isHealthy(res, id string) bool {
 	return r != nil && r.healthy.Has(id)
 }
 
-// Available returns the resource's healthy devices that nobody holds or has reserved. The set
-// is the caller's. Its cost is that of the devices it returns: the set is kept between calls.
-func (s *State) Available(res string) sets.Set[string] { return s.available(res).Clone() }
-
-// available is Available's kept set itself: read it, and only until the state changes.
+// available returns the resource's healthy devices that nobody holds or has reserved: the set
+// kept between calls (resource.free), to read only until the state changes.
 func (s *State) available(res string) sets.Set[string] {
 	r := s.resources[res]
 	if r == nil {
@@ -217,7 +214,7 @@ func smallestEligible(ids sets.Set[string], n int, eligible func(string) bool) [
 
 // isFree reports whether the device is healthy, not held and not reserved.
 func (s *State) isFree(res, id string) bool {
-	return s.isHealthy(res, id) && !s.IsAllocated(res, id) && !s.pending[res].Has(id)
+	return s.isHealthy(res, id) && !s.isAllocated(res, id) && !s.pending[res].Has(id)
 }
 
 // reserve marks the device as picked by an allocation in flight.

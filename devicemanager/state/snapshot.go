@@ -9,15 +9,11 @@ import (
 	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
-// Snapshot returns the checkpoint data of the current state: every assignment, in the order
-// they were recorded (see entryOrder), and the healthy devices of every resource with a
-// device list, sorted.
-// Entries whose response is missing or cannot be marshalled are left out, as the kubelet does.
-// It is Prepared().Data().
-func (s *State) Snapshot() *checkpoint.Data { return s.Prepared().Data() }
-
-// Prepared returns the checkpoint content of the current state, as Snapshot, with entries that
-// keep their encoding between writes. Its cost is a copy of the list of entries: the entries,
+// Prepared returns the checkpoint content of the current state: every assignment, in the order
+// they were recorded (see entryOrder), and the healthy devices of every resource with a device
+// list, sorted. Entries whose response could not be marshalled are left out, as the kubelet
+// does. Its entries keep their encoding between writes (checkpoint.Entry), and Data gives the
+// same content as checkpoint.Data. Its cost is a copy of the list of entries: the entries,
 // their order and the sorted device lists are kept from one snapshot to the next. The lists
 // and entries it shares with the state are never modified; only the state changes.
 func (s *State) Prepared() *checkpoint.Prepared {
@@ -35,7 +31,7 @@ func (s *State) Prepared() *checkpoint.Prepared {
 }
 
 // ContainerEntries returns the container's checkpoint entries, one per resource it holds,
-// sorted by resource: the same entries Snapshot stores for it.
+// sorted by resource: the same entries Prepared holds for it.
 func (s *State) ContainerEntries(podUID, container string) []checkpoint.PodDevicesEntry {
 	c, ok := s.pods[podUID][container]
 	if !ok {
@@ -63,22 +59,23 @@ func (s *State) entries(p podDevices) []checkpoint.PodDevicesEntry {
 	return out
 }
 
-// Restore loads a checkpoint: its assignments replace the state's, and every resource it
-// registers becomes known with no device, its plugin away since now (AddRestored). With
-// Options.KnowAssignedResources, so does a resource that only assignments name (its plugin
-// was gone past the grace period when the checkpoint was written): its pods then wait for
-// the plugin like the others instead of being refused as unregistered. It returns the entries
-// skipped because their AllocResp does not decode.
-func (s *State) Restore(data *checkpoint.Data, now time.Time) (bad []checkpoint.PodDevicesEntry) {
-	return s.RestoreRead(data, nil, now)
-}
-
-// RestoreRead is Restore for a checkpoint read with checkpoint.Store.ReadEntries: entries[i]
-// holds data.PodDeviceEntries[i], and the state keeps those Entries as its own, with what
-// they remember of their encoding, so that the first write after the restore costs little
-// more than the file's bytes. A nil entries is Restore. Neither may be modified afterwards.
-func (s *State) RestoreRead(data *checkpoint.Data, entries []*checkpoint.Entry, now time.Time) (bad []checkpoint.PodDevicesEntry) {
-	bad = s.restoreAssignments(data.PodDeviceEntries, entries)
+// Restore replaces every assignment with data's entries: a checkpoint's, or the owner's own
+// record of them (data with no registered devices). Every resource data registers becomes
+// known with no device, its plugin away since now (AddRestored). With
+// Options.KnowAssignedResources, so does a resource that only assignments name (its plugin was
+// gone past the grace period when the checkpoint was written): its pods then wait for the
+// plugin like the others instead of being refused as unregistered. Reservations and the
+// device sets of resources already known are untouched. Entries of several pods naming one
+// device are all restored, the device becoming contested (Contests). It returns the entries
+// skipped because their AllocResp is not a valid ContainerAllocateResponse.
+//
+// read, when not nil, are the entries as checkpoint.Store.ReadEntries returned them with data
+// (read[i] holds data.PodDeviceEntries[i]): the state keeps each one that it writes the same
+// way as its own, with what it remembers of its encoding, so that the first write after the
+// restore costs little more than the file's bytes. Neither data nor read may be modified
+// afterwards.
+func (s *State) Restore(data *checkpoint.Data, read []*checkpoint.Entry, now time.Time) (bad []checkpoint.PodDevicesEntry) {
+	bad = s.restoreAssignments(data.PodDeviceEntries, read)
 	for _, res := range SortedKeys(data.RegisteredDevices) {
 		s.AddRestored(res, now)
 	}
@@ -90,16 +87,9 @@ func (s *State) RestoreRead(data *checkpoint.Data, entries []*checkpoint.Entry, 
 	return bad
 }
 
-// RestoreAssignments replaces every assignment with the entries' (a checkpoint's, or the
-// owner's own record), and returns the entries it skipped because their AllocResp is not a
-// valid ContainerAllocateResponse. Reservations and device sets are untouched. Entries of
-// several pods naming one device are all restored, the device becoming contested (Contests).
-func (s *State) RestoreAssignments(entries []checkpoint.PodDevicesEntry) (bad []checkpoint.PodDevicesEntry) {
-	return s.restoreAssignments(entries, nil)
-}
-
-// restoreAssignments is RestoreAssignments, keeping kept[i] as the checkpoint entry of
-// entries[i] where it is written the same way as the state's own would be; kept may be nil.
+// restoreAssignments replaces every assignment with the entries' (see Restore), keeping
+// kept[i] as the checkpoint entry of entries[i] where it is written the same way as the
+// state's own would be; kept may be nil.
 func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []*checkpoint.Entry) (bad []checkpoint.PodDevicesEntry) {
 	s.pods, s.held, s.order = make(podDevices, len(entries)), map[string]map[string]int{}, make(entryOrder, 0, len(entries))
 	for _, r := range s.resources {
@@ -188,8 +178,8 @@ func namedDevices(entries []checkpoint.PodDevicesEntry) map[string]int {
 // DropConflictingEntries returns the entries of which no device is also named by an entry of
 // another pod for the same resource, and those that share a device across pods. Entries of
 // one pod may share a device: a regular init container's devices are reused by the pod's
-// later containers. The device manager keeps conflicting entries instead (RestoreAssignments
-// makes their devices contested, see Contest), so that no claimed device is handed out.
+// later containers. The device manager keeps conflicting entries instead (Restore makes
+// their devices contested, see Contest), so that no claimed device is handed out.
 func DropConflictingEntries(in []checkpoint.PodDevicesEntry) (keep, conflicts []checkpoint.PodDevicesEntry) {
 	owners := map[string]map[string]sets.Set[string]{} // resource → device → pods naming it
 	ids := func(e checkpoint.PodDevicesEntry) sets.Set[string] {

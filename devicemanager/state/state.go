@@ -40,8 +40,8 @@ type resource struct {
 	// registered is healthy, sorted, as the checkpoint registers it. Snapshots share its
 	// lists: they are replaced, never modified.
 	registered registeredCache
-	// free is healthy less the devices held or reserved, as Available returns it; nil until
-	// Available needs it after healthy changed. Holds and reservations keep it up to date.
+	// free is healthy less the devices held or reserved, as available returns it; nil until
+	// available needs it after healthy changed. Holds and reservations keep it up to date.
 	free sets.Set[string]
 	// connected: an instance of the plugin is current and its stream is open.
 	connected bool
@@ -157,21 +157,16 @@ func (s *State) AddRestored(res string, now time.Time) {
 }
 
 // ApplyDeviceList makes devs the resource's device list, replacing healthy, unhealthy and the
-// listed devices entirely, and marks the current instance as listed. It returns the IDs that
-// are new or changed health, each once. A repeated ID counts once, and as unhealthy if any of
-// its entries says so. When the list names the same devices with the same topologies as
-// before (a health flip), the sets are updated in place. The state keeps nothing of devs: the
-// caller may reuse or drop the message. The caller makes sure devs come from the current
-// instance.
+// listed devices entirely, and marks the current instance as listed. It returns the UIDs of
+// the pods holding a device that is new or changed health (PodsHolding), the pods whose
+// device health the owner reports again. A repeated ID counts once, and as unhealthy if any
+// of its entries says so. When the list names the same devices with the same topologies as
+// before (a health flip), the sets are updated in place. When no pod holds a device of the
+// resource, as at a plugin's first list after a start, the changed IDs are not collected: a
+// list of a million devices does not make a list of a million changes. The state keeps
+// nothing of devs: the caller may reuse or drop the message. The caller makes sure devs come
+// from the current instance.
 func (s *State) ApplyDeviceList(res string, devs []*pluginapi.Device) []string {
-	return s.applyDeviceList(res, devs, true)
-}
-
-// ApplyDeviceListForPods is ApplyDeviceList returning, instead of the IDs that are new or
-// changed health, the UIDs of the pods holding any of them (PodsHolding). When no pod holds a
-// device of the resource, as at a plugin's first list after a start, the IDs are not
-// collected: a list of a million devices does not make a list of a million changes.
-func (s *State) ApplyDeviceListForPods(res string, devs []*pluginapi.Device) []string {
 	collect := len(s.held[res]) > 0
 	changed := s.applyDeviceList(res, devs, collect)
 	if !collect {
@@ -180,6 +175,8 @@ func (s *State) ApplyDeviceListForPods(res string, devs []*pluginapi.Device) []s
 	return s.PodsHolding(res, changed)
 }
 
+// applyDeviceList is ApplyDeviceList returning the IDs that are new or changed health, each
+// once; with collect unset it may return nil instead.
 func (s *State) applyDeviceList(res string, devs []*pluginapi.Device, collect bool) []string {
 	defer s.publishCapacity()
 	r := s.resources[res]
@@ -225,19 +222,11 @@ type Counts struct {
 	Capacity, Allocatable int64
 }
 
-// Capacity returns the counts of every resource with a device list, and removes, returning
-// their names sorted, the resources whose plugin has been away for longer than grace: their
-// device sets go, the assignments stay. A resource connected without a list yet is neither
-// counted nor removed.
-func (s *State) Capacity(now time.Time, grace time.Duration) (map[string]Counts, []string) {
-	out := map[string]Counts{}
-	removed := s.EachCapacity(now, grace, func(res string, c Counts) { out[res] = c })
-	return out, removed
-}
-
-// EachCapacity is Capacity handing each resource's counts to each instead of building a map,
-// for callers that poll it.
-func (s *State) EachCapacity(now time.Time, grace time.Duration, each func(res string, c Counts)) (removed []string) {
+// Capacity hands each resource with a device list its counts, and removes, returning their
+// names sorted, the resources whose plugin has been away for longer than grace: their device
+// sets go, the assignments stay. A resource connected without a list yet is neither counted
+// nor removed. each may be nil.
+func (s *State) Capacity(now time.Time, grace time.Duration, each func(res string, c Counts)) (removed []string) {
 	for name, r := range s.resources {
 		if !r.hasSets() {
 			continue
@@ -246,7 +235,9 @@ func (s *State) EachCapacity(now time.Time, grace time.Duration, each func(res s
 			removed = append(removed, name)
 			continue
 		}
-		each(name, Counts{Capacity: int64(r.healthy.Len() + r.unhealthy.Len()), Allocatable: int64(r.healthy.Len())})
+		if each != nil {
+			each(name, Counts{Capacity: int64(r.healthy.Len() + r.unhealthy.Len()), Allocatable: int64(r.healthy.Len())})
+		}
 	}
 	for _, name := range removed {
 		delete(s.resources, name)
@@ -273,10 +264,6 @@ func (s *State) IsDevicePluginResource(res string) bool {
 	}
 	return len(s.held[res]) > 0
 }
-
-// Known reports whether the resource has a plugin record (connected, or away within or past
-// its grace period and not yet removed).
-func (s *State) Known(res string) bool { _, ok := s.resources[res]; return ok }
 
 // AwaitingPlugin reports whether the resource has no healthy device only because its plugin
 // is not (yet) back: restored from the checkpoint or away within the grace period, or

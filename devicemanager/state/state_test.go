@@ -125,7 +125,7 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		changed := d.s.ApplyDeviceList(res, devs)
+		changed := d.s.applyDeviceList(res, devs, true)
 		sort.Strings(changed)
 		return fmt.Sprintf("changed %v\n", changed), nil
 	case "disconnect":
@@ -162,7 +162,7 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 			return "", err
 		}
 		if !a.has("reuse") {
-			req.Reusable = d.s.ReusePool(req.PodUID)[res]
+			req.Reusable = d.s.reusePool(req.PodUID)[res]
 		}
 		ids, outcome, err := d.s.Select(req, prefer)
 		if err == nil && ids.Len() > 0 {
@@ -173,8 +173,8 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 			d.s.Commit(req.PodUID, req.Container, res, ids, devs, &pluginapi.ContainerAllocateResponse{})
 		}
 		if err == nil {
-			d.s.ReusePool(req.PodUID)
-			d.s.ContainerAllocated(req.PodUID, req.Container, a.has("init"))
+			d.s.reusePool(req.PodUID)
+			d.s.containerAllocated(req.PodUID, req.Container, a.has("init"))
 		}
 		return selection(ids, outcome, err), nil
 	case "commit":
@@ -186,7 +186,7 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 		d.s.Commit(a["pod"], a["ctr"], res, ids, devs, &pluginapi.ContainerAllocateResponse{})
 		return "ok\n", nil
 	case "release":
-		d.s.Release(res, sets.New(a.list("ids")...))
+		d.s.release(res, sets.New(a.list("ids")...))
 		return "ok\n", nil
 	case "gc":
 		removed := d.s.RemoveInactive(sets.New(a.list("active")...))
@@ -196,7 +196,7 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		counts, removed := d.s.Capacity(at, grace)
+		counts, removed := capacityCounts(d.s, at, grace)
 		var b strings.Builder
 		for _, name := range SortedKeys(counts) {
 			fmt.Fprintf(&b, "%s: capacity %d, allocatable %d\n", name, counts[name].Capacity, counts[name].Allocatable)
@@ -282,21 +282,21 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 			}
 		}
 		d.s = New(d.opts)
-		bad := d.s.RestoreAssignments(entries)
+		bad := d.s.restoreAssignments(entries, nil)
 		for _, r := range registered {
 			d.s.AddRestored(r, at)
 		}
 		return fmt.Sprintf("restored %d entries, %d skipped\n", len(entries)-len(bad), len(bad)), nil
 	case "roundtrip":
-		snap := d.s.Snapshot()
+		snap := d.s.Prepared().Data()
 		n := New(d.opts)
-		if bad := n.RestoreAssignments(snap.PodDeviceEntries); len(bad) > 0 {
+		if bad := n.restoreAssignments(snap.PodDeviceEntries, nil); len(bad) > 0 {
 			return "", fmt.Errorf("entries did not decode: %v", bad)
 		}
 		for r := range snap.RegisteredDevices {
 			n.AddRestored(r, origin)
 		}
-		got := n.Snapshot()
+		got := n.Prepared().Data()
 		if !reflect.DeepEqual(snap.PodDeviceEntries, got.PodDeviceEntries) || len(snap.RegisteredDevices) != len(got.RegisteredDevices) {
 			return fmt.Sprintf("differs:\n%s---\n%s", snapshot(d.s), snapshot(n)), nil
 		}
@@ -322,7 +322,7 @@ func TestRepeatedIDDisagreeing(t *testing.T) {
 		if !s.Healthy("r").Equal(sets.New("b")) || !s.Unhealthy("r").Equal(sets.New("a")) {
 			t.Errorf("prior %d devices: healthy %v unhealthy %v, want [b] [a]", len(prior), sets.List(s.Healthy("r")), sets.List(s.Unhealthy("r")))
 		}
-		counts, _ := s.Capacity(origin, time.Minute)
+		counts, _ := capacityCounts(s, origin, time.Minute)
 		if counts["r"] != (Counts{Capacity: 2, Allocatable: 1}) {
 			t.Errorf("prior %d devices: counts %+v, want 2/1", len(prior), counts["r"])
 		}
@@ -399,7 +399,7 @@ func selection(ids sets.Set[string], outcome Outcome, err error) string {
 }
 
 func snapshot(s *State) string {
-	snap := s.Snapshot()
+	snap := s.Prepared().Data()
 	var b strings.Builder
 	for _, e := range snap.PodDeviceEntries {
 		fmt.Fprintf(&b, "entry %s/%s %s %v\n", e.PodUID, e.ContainerName, e.ResourceName, e.DeviceIDs)
@@ -482,7 +482,7 @@ func TestRestoreSkippedEntryHoldsNothing(t *testing.T) {
 			DeviceIDs: checkpoint.DevicesPerNUMA{NoTopology: {"g0"}}, AllocResp: []byte{}},
 		{PodUID: "b", ContainerName: "c", ResourceName: "example.com/bad",
 			DeviceIDs: checkpoint.DevicesPerNUMA{NoTopology: {"x0"}}, AllocResp: []byte{0xff}},
-	}}, origin)
+	}}, nil, origin)
 	if len(bad) != 1 || bad[0].ResourceName != "example.com/bad" {
 		t.Fatalf("skipped %v, want the example.com/bad entry", bad)
 	}
@@ -494,7 +494,7 @@ func TestRestoreSkippedEntryHoldsNothing(t *testing.T) {
 	}
 }
 
-// TestRestoreReadKeepsEntries checks which read Entries RestoreRead keeps as the state's own:
+// TestRestoreReadKeepsEntries checks which read Entries Restore keeps as the state's own:
 // those the state writes back as they were read, and no others, so that the next file still
 // holds what the state's own entries would write (a null DeviceIDs as {}, an empty device
 // list as null, a null AllocResp as "").
@@ -514,7 +514,7 @@ func TestRestoreReadKeepsEntries(t *testing.T) {
 		read[i] = checkpoint.NewEntry(e)
 	}
 	s := New(Options{})
-	if bad := s.RestoreRead(data, read, origin); len(bad) > 0 {
+	if bad := s.Restore(data, read, origin); len(bad) > 0 {
 		t.Fatalf("skipped %v", bad)
 	}
 	kept := map[string]bool{}
@@ -530,9 +530,9 @@ func TestRestoreReadKeepsEntries(t *testing.T) {
 		t.Errorf("kept the read entries of pods %v, want %v", kept, want)
 	}
 	own := New(Options{})
-	own.RestoreAssignments(data.PodDeviceEntries)
-	if !reflect.DeepEqual(s.Snapshot(), own.Snapshot()) {
-		t.Errorf("restored from read entries:\n%#v\nfrom the data alone:\n%#v", s.Snapshot(), own.Snapshot())
+	own.Restore(data, nil, origin)
+	if !reflect.DeepEqual(s.Prepared().Data(), own.Prepared().Data()) {
+		t.Errorf("restored from read entries:\n%#v\nfrom the data alone:\n%#v", s.Prepared().Data(), own.Prepared().Data())
 	}
 }
 
@@ -573,8 +573,8 @@ func TestRestoreOrdersEntries(t *testing.T) {
 				name string
 				do   func(*State)
 			}{
-				{"Restore", func(s *State) { s.Restore(data, origin) }},
-				{"RestoreRead", func(s *State) { s.RestoreRead(data, read, origin) }},
+				{"data alone", func(s *State) { s.Restore(data, nil, origin) }},
+				{"with read entries", func(s *State) { s.Restore(data, read, origin) }},
 			} {
 				s := New(Options{})
 				restore.do(s)
@@ -622,4 +622,11 @@ func TestListVersion(t *testing.T) {
 	if v := s.ListVersion("a"); v <= last {
 		t.Fatalf("a's version after removal and return %d, want above %d", v, last)
 	}
+}
+
+// capacityCounts is Capacity's counts collected in a map, and the resources it removed.
+func capacityCounts(s *State, now time.Time, grace time.Duration) (map[string]Counts, []string) {
+	counts := map[string]Counts{}
+	removed := s.Capacity(now, grace, func(res string, c Counts) { counts[res] = c })
+	return counts, removed
 }

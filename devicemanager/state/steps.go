@@ -35,7 +35,7 @@ const (
 	// Step.Pick.Devices and Step.Pick.Response, and report with Allocated.
 	StepAllocate
 	// StepWrite: the container's picks are committed in the State; write the checkpoint and
-	// report with Written. A failed write is undone (Uncommit) by the next call of Next.
+	// report with Written. A failed write is undone by the next call of Next.
 	StepWrite
 )
 
@@ -106,7 +106,7 @@ type ContainerSteps struct {
 // It takes a copy of the pod's reuse pool, so the caller holds the State's guard.
 func (s *State) NewContainerSteps(podUID, container string, regularInit bool, demands []Demand) *ContainerSteps {
 	return &ContainerSteps{podUID: podUID, container: container, regularInit: regularInit,
-		demands: demands, reuse: s.ReusePool(podUID)}
+		demands: demands, reuse: s.reusePool(podUID)}
 }
 
 // Picks returns the resources the container is getting devices of so far, read-only.
@@ -119,7 +119,7 @@ func (c *ContainerSteps) Abandon(s *State) {
 		return // nothing is reserved any more
 	}
 	for _, p := range c.picks {
-		s.Release(p.Resource, p.IDs)
+		s.release(p.Resource, p.IDs)
 	}
 	c.picks = nil
 }
@@ -159,22 +159,22 @@ func (c *ContainerSteps) Next(s *State) Step {
 			for _, p := range c.picks {
 				committed = append(committed, p.Resource)
 			}
-			s.Uncommit(c.podUID, c.container, committed)
+			s.uncommit(c.podUID, c.container, committed)
 		} else {
 			for _, p := range c.picks {
-				s.Release(p.Resource, p.IDs)
+				s.release(p.Resource, p.IDs)
 			}
 		}
 		c.picks = nil
 		return c.finish(Step{Kind: StepDone, Resource: res, Err: c.err})
 	}
 	if c.committed {
-		s.ContainerAllocated(c.podUID, c.container, c.regularInit)
+		s.containerAllocated(c.podUID, c.container, c.regularInit)
 		return c.finish(Step{Kind: StepDone})
 	}
 	if c.i == len(c.demands) {
 		if len(c.picks) == 0 {
-			s.ContainerAllocated(c.podUID, c.container, c.regularInit)
+			s.containerAllocated(c.podUID, c.container, c.regularInit)
 			return c.finish(Step{Kind: StepDone})
 		}
 		for _, p := range c.picks {

@@ -99,7 +99,7 @@ func TestContainerStepsFailureRecordsNothing(t *testing.T) {
 				t.Errorf("the failed container holds %v", got)
 			}
 			for _, id := range []string{"a", "b"} {
-				if o.s.Reserved("example.com/gpu", id) {
+				if o.s.pending["example.com/gpu"].Has(id) {
 					t.Errorf("device %s is still reserved", id)
 				}
 			}
