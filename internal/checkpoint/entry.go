@@ -193,18 +193,14 @@ func planPrepared(p *Prepared) (reg []*Registered, size int, err error) {
 }
 
 // emitPrepared passes the file for p up to and including the Data object to emit, piece by
-// piece, and returns the checksum. With parallelChecksumEntries entries or more, once the
-// checksum has had to hash inlineHashBudget bytes of pieces afresh (the entries before them
-// changed), the pieces are emitted on a second goroutine while the hashing goes on, so that a
-// writer's syscalls overlap it; a checksum the memos answer is not worth a goroutine.
+// piece, and returns the checksum. Once the checksum has had to hash inlineHashBudget bytes
+// of pieces afresh (the pieces before them changed), the pieces are emitted on a second
+// goroutine while the hashing goes on, so that a writer's syscalls overlap it: a file of many
+// entries, or one large registered list after an entry changed; a checksum the memos answer
+// is not worth a goroutine.
 // emitPrepared joins it before returning, and emit is never called concurrently with itself.
 func emitPrepared(p *Prepared, reg []*Registered, emit func([]byte)) uint32 {
 	emitAll := func() { emitPreparedJSON(emit, p.Entries, p.Registered == nil, reg) }
-	if len(p.Entries) < parallelChecksumEntries {
-		sum := checksumPrepared(p.Entries, p.Registered == nil, reg, nil)
-		emitAll()
-		return sum
-	}
 	var done chan struct{}
 	sum := checksumPrepared(p.Entries, p.Registered == nil, reg, func() {
 		done = make(chan struct{})

@@ -58,23 +58,31 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept i
 	defer func() { _ = f.Close() }() // releases the lock, after the exchange
 	prev, replaced := s.spareHolds, s.checkpointHolds
 	s.checkpointHolds, s.spareHolds = nil, nil // known again only once this write succeeds
-	if prev != nil && fastPath(offDelta) && unix.Fstat(int(f.Fd()), &st) == nil && idOf(&st, true) == prev.id {
-		kept = sharedPrefix(prev.entries, entries)
+	// The spare's size tells whether the new file ends before the old one does, the only case
+	// that needs a truncation (-1: unknown, truncate).
+	spareSize := int64(-1)
+	if unix.Fstat(int(f.Fd()), &st) == nil {
+		spareSize = st.Size
+		if prev != nil && fastPath(offDelta) && idOf(&st, true) == prev.id {
+			kept = sharedPrefix(prev.entries, entries)
+		}
 	}
 	if kept > 0 {
 		if _, err := f.Seek(kept, io.SeekStart); err != nil {
 			kept = 0
 		}
 	}
-	cw := &countingWriter{w: f}
+	cw := &countingWriter{w: f, f: f, base: kept}
 	if err := write(cw, kept); err != nil {
 		s.dropSpare()
 		return 0, 0, true, fmt.Errorf("write temporary file: %w", err)
 	}
 	size = kept + cw.n
-	if err := f.Truncate(size); err != nil {
-		s.dropSpare()
-		return 0, 0, true, fmt.Errorf("truncate temporary file: %w", err)
+	if size < spareSize || spareSize < 0 {
+		if err := f.Truncate(size); err != nil {
+			s.dropSpare()
+			return 0, 0, true, fmt.Errorf("truncate temporary file: %w", err)
+		}
 	}
 	if err := f.Sync(); err != nil {
 		s.dropSpare()
@@ -192,4 +200,29 @@ func lockForRead(path string) func(*os.File, fs.FileInfo) error {
 		}
 		return nil
 	}
+}
+
+// startWriteback asks the kernel to start writing n bytes of f from off back to disk, without
+// waiting for it (sync_file_range with SYNC_FILE_RANGE_WRITE). It makes nothing durable: the
+// fsync that follows does. A failure is ignored for the same reason.
+func startWriteback(f *os.File, off, n int64) {
+	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+}
+
+// fsyncDir fsyncs the directory dir. It opens dir with a plain open(2), not os.Open, whose
+// file set-up (a poller registration the kernel refuses for a directory, and the flag calls
+// around it) would add five system calls to every write.
+func fsyncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open directory for sync: %w", &os.PathError{Op: "open", Path: dir, Err: err})
+	}
+	err = unix.Fsync(fd)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", &os.PathError{Op: "sync", Path: dir, Err: err})
+	}
+	return nil
 }

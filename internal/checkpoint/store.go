@@ -362,7 +362,7 @@ func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool
 			_ = os.Remove(tmp)
 		}
 	}()
-	cw := &countingWriter{w: f}
+	cw := &countingWriter{w: f, f: f}
 	if err = write(cw); err != nil {
 		return 0, fmt.Errorf("write temporary file: %w", err)
 	}
@@ -384,36 +384,36 @@ func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool
 	return cw.n, nil
 }
 
-// countingWriter counts the bytes written through it.
+// countingWriter counts the bytes written through it. With f set, it asks the kernel to
+// start writing each writebackChunk of what it wrote back to disk (startWriteback), so that
+// the fsync that ends a large write finds most of the file already written: the disk works
+// while the rest of the file and its checksum are made. base is f's offset of the first byte.
 type countingWriter struct {
-	w io.Writer
-	n int64
+	w    io.Writer
+	n    int64
+	f    *os.File
+	base int64
+	// started counts the bytes whose writeback was started.
+	started int64
 }
+
+// writebackChunk is how many bytes countingWriter lets gather before it starts their
+// writeback. Smaller checkpoints, most of them, are left to the fsync alone.
+const writebackChunk = 1 << 20
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	if c.f != nil && c.n-c.started >= writebackChunk {
+		startWriteback(c.f, c.base+c.started, c.n-c.started)
+		c.started = c.n
+	}
 	return n, err
 }
 
 // syncDir fsyncs a directory so that renames and removals in it are durable. Tests replace it
 // to count the syncs.
 var syncDir = fsyncDir
-
-func fsyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory: %w", err)
-	}
-	return nil
-}
 
 // Read reads, decodes and verifies the checkpoint (see Decode).
 //

@@ -452,3 +452,49 @@ func TestStoreWritePreparedNoDirSync(t *testing.T) {
 		}
 	}
 }
+
+// TestWritePreparedLargeRegisteredList writes, through the spare and through new temporary
+// files, a checkpoint of a few entries beside a registered list of several MiB, changing an
+// entry between writes so that each write hashes the whole list again: the file is emitted
+// while the list is hashed, and its writeback is started before the fsync. Every file must be
+// EncodePrepared's, byte for byte, and decode.
+func TestWritePreparedLargeRegisteredList(t *testing.T) {
+	ids := make([]string, 200_000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("large-device-%07d", i)
+	}
+	reg := []*Registered{NewRegistered("example.com/large", ids), NewRegistered("example.com/gpu", []string{"gpu-0", "gpu-1"})}
+	entry := func(i int) *Entry {
+		return NewEntry(PodDevicesEntry{PodUID: fmt.Sprintf("pod-%d", i), ContainerName: "app", ResourceName: "example.com/gpu",
+			DeviceIDs: DevicesPerNUMA{0: {fmt.Sprintf("gpu-%d", i%2)}}, AllocResp: []byte{10, 3, 'e', 'n', 'v'}})
+	}
+	for _, plain := range []bool{false, true} {
+		s := newTestStore(t, StoreConfig{Dir: t.TempDir(), PlainWrites: plain})
+		for i := range 4 {
+			p := &Prepared{Entries: []*Entry{entry(i)}, Registered: reg}
+			if i == 3 {
+				p.Entries = append(p.Entries, entry(i+1)) // a longer file than the spare's
+			}
+			if err := s.WritePrepared(p); err != nil {
+				t.Fatalf("plain %v, write %d: %v", plain, i, err)
+			}
+			want, err := EncodePrepared(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(want) < 2*writebackChunk {
+				t.Fatalf("the file has %d bytes, want over %d so that its writeback starts", len(want), 2*writebackChunk)
+			}
+			got, err := os.ReadFile(s.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("plain %v, write %d: the checkpoint differs from EncodePrepared's file (%d bytes, want %d)", plain, i, len(got), len(want))
+			}
+			if _, _, err := Decode(got); err != nil {
+				t.Fatalf("plain %v, write %d: %v", plain, i, err)
+			}
+		}
+	}
+}
