@@ -49,8 +49,9 @@ type Config struct {
 	// count, phase), from Run's goroutine, with no lock held.
 	OnStatus func(uid types.UID, s PodStatus)
 	// OnStopped, when set, is called once every container and the sandbox of a pod that Pods no
-	// longer lists (or that the runtime holds but Pods never listed: an orphan) are stopped and
-	// removed. Only then may the pod's devices be released. Called from Run's goroutine.
+	// longer lists (or that the runtime holds but Pods never listed: an orphan, or that StopPod
+	// named) are stopped and removed. Only then may the pod's devices be released. Called from
+	// Run's goroutine.
 	OnStopped func(uid types.UID)
 	// SyncPeriod is the relist and sync period; default DefaultSyncPeriod. It runs on real time.
 	SyncPeriod time.Duration
@@ -103,6 +104,8 @@ type Runtime struct {
 	conn     *grpc.ClientConn        // while Run runs
 	runtime  string                  // the runtime's name, for container IDs ("containerd")
 	statuses map[types.UID]PodStatus // the last status of each listed pod
+	// stopRequests are the pods StopPod asked to stop, until a sync handles them.
+	stopRequests map[types.UID]bool
 }
 
 // runtimeClients are the CRI services of one connection.
@@ -228,6 +231,30 @@ func (r *Runtime) Run(ctx context.Context) error {
 		case <-r.trigger:
 		}
 	}
+}
+
+// StopPod asks for every container and the sandbox of the pod to be stopped and removed. Pods
+// must no longer list the pod. OnStopped(uid) follows once nothing of it is left, also when the
+// runtime holds nothing of it (it was removed before it started, or while no Runtime ran):
+// so a caller that holds a pod's devices until OnStopped never holds them for ever. It never
+// blocks; a request for a pod that Pods still lists is ignored.
+func (r *Runtime) StopPod(uid types.UID) {
+	r.mu.Lock()
+	if r.stopRequests == nil {
+		r.stopRequests = make(map[types.UID]bool)
+	}
+	r.stopRequests[uid] = true
+	r.mu.Unlock()
+	r.Trigger()
+}
+
+// takeStopRequests returns and clears the pending StopPod requests.
+func (r *Runtime) takeStopRequests() map[types.UID]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	req := r.stopRequests
+	r.stopRequests = nil
+	return req
 }
 
 // Trigger asks for a sync soon (a pod was admitted or removed). It never blocks.

@@ -237,6 +237,34 @@ func TestRemovalStopsBeforeOnStopped(t *testing.T) {
 	}
 }
 
+// TestStopPodOfAPodNeverHeld: StopPod of a pod the runtime holds nothing of (never listed, or
+// removed before a Runtime ran) is answered with OnStopped, so its devices are not held for
+// ever; a StopPod of a pod still listed stops nothing.
+func TestStopPodOfAPodNeverHeld(t *testing.T) {
+	h := newHarness(t)
+	r, _ := h.start()
+	kept := h.pod("kept", v1.RestartPolicyAlways, h.container("main"))
+	h.setPods(kept)
+	r.Trigger()
+	waitStatus(t, r, kept.UID, "Running", phaseIs(v1.PodRunning))
+
+	r.StopPod("never-held")
+	r.StopPod(kept.UID) // still listed: ignored
+	deadline := time.Now().Add(waitTimeout)
+	for !slices.Contains(h.stoppedUIDs(), types.UID("never-held")) {
+		if time.Now().After(deadline) {
+			t.Fatal("no OnStopped for a StopPod of a pod the runtime never held")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := h.stoppedUIDs(); !slices.Equal(got, []types.UID{"never-held"}) {
+		t.Errorf("OnStopped calls = %v, want only never-held", got)
+	}
+	if s, ok := r.Status(kept.UID); !ok || s.Phase != v1.PodRunning {
+		t.Errorf("the listed pod after a StopPod of it: %+v (has a status: %v); want it left running", s, ok)
+	}
+}
+
 // TestRestartAdoptsAndRemovesOrphans: a new Runtime on the same containerd adopts a listed
 // pod's running container without restarting it, and removes a pod no longer listed.
 func TestRestartAdoptsAndRemovesOrphans(t *testing.T) {

@@ -65,6 +65,11 @@ func (r *Runtime) syncAll(ctx context.Context, rt runtimeClients) {
 			gone = append(gone, uid)
 		}
 	}
+	for uid := range r.takeStopRequests() {
+		if listed[uid] == nil && records[uid] == nil && r.known[uid] == nil {
+			gone = append(gone, uid) // holds nothing: stopped already
+		}
+	}
 	sort.Slice(gone, func(i, j int) bool { return gone[i] < gone[j] })
 	for _, uid := range gone {
 		pod := r.known[uid]

@@ -3,8 +3,9 @@
 // its environment, every device node under /dev with its major and minor numbers, its mounts,
 // and for each path in PROBE_WRITE (comma-separated) whether a write succeeded; then a line of
 // kind "ready". It then exits with PROBE_EXIT when that is set (after PROBE_EXIT_AFTER, a Go
-// duration, when that is set too), else waits for SIGTERM or SIGINT
-// and exits 0, so the same binary serves as a pod sandbox (pause) image.
+// duration, when that is set too), else waits for SIGTERM or SIGINT and exits 0 (after
+// PROBE_TERM_DELAY, a Go duration, when that is set: a container slow to stop), so the same
+// binary serves as a pod sandbox (pause) image.
 //
 // It has no dependencies beyond the standard library, so that its image stays small.
 package main
@@ -95,6 +96,9 @@ func main() {
 		os.Exit(code)
 	}
 	<-stop
+	if d, err := time.ParseDuration(os.Getenv("PROBE_TERM_DELAY")); err == nil {
+		time.Sleep(d)
+	}
 }
 
 // devices lists the character and block devices under /dev.
