@@ -139,10 +139,20 @@ func (a *Agent) dropStaleResults() {
 	for uid, r := range a.results {
 		if _, ok := a.pods[uid]; !ok {
 			stale = append(stale, r)
-			delete(a.results, uid)
+			if a.containers == nil {
+				delete(a.results, uid)
+			}
 		}
 	}
 	a.mu.Unlock()
+	if a.containers != nil {
+		// Their containers may still run: the devices go once the runtime removed them.
+		for _, r := range stale {
+			a.log.Info("Pod removed while the agent was down; stopping its containers", "pod", klog.KRef(r.Namespace, r.Name), "podUID", r.UID)
+			a.containers.stop(podOf(r))
+		}
+		return
+	}
 	for _, r := range stale {
 		if err := os.Remove(resultPath(a.cfg.PodsDir(), podOf(r))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			a.log.Error(err, "Failed to remove stale pod result", "pod", klog.KRef(r.Namespace, r.Name))
@@ -217,7 +227,7 @@ func (a *Agent) untrack(uid types.UID) {
 	}
 	a.mu.Unlock()
 	if ok {
-		a.release(pod)
+		a.removePod(pod)
 	}
 }
 
@@ -346,12 +356,27 @@ func (a *Agent) release(pod *v1.Pod) {
 
 // record writes the result and then publishes it, unless the pod was removed meanwhile.
 // Records are serialised, so a pod's file and its published result never disagree.
-func (a *Agent) record(pod *v1.Pod, r *PodResult) {
+func (a *Agent) record(pod *v1.Pod, r *PodResult) { a.recordResult(pod, r, false) }
+
+// recordResult is record; with stopping, it also records a pod that its source removed but whose
+// result stays while its containers are being stopped (containers.go).
+func (a *Agent) recordResult(pod *v1.Pod, r *PodResult, stopping bool) {
 	a.recordMu.Lock()
 	defer a.recordMu.Unlock()
 	r.Updated = a.clock.Now().UTC()
-	if _, ok := a.podByUID(pod.UID); !ok {
+	a.mu.Lock()
+	_, tracked := a.pods[pod.UID]
+	prev, hasResult := a.results[pod.UID]
+	a.mu.Unlock()
+	if !tracked && !(stopping && hasResult) {
 		return
+	}
+	switch {
+	case r.Runtime != nil:
+	case a.containers == nil:
+		r.Runtime = admissionOnly()
+	case prev != nil:
+		r.Runtime = prev.Runtime // a new admission outcome does not change what runs
 	}
 	if err := writeResult(a.cfg.PodsDir(), pod, r); err != nil {
 		a.log.Error(err, "Failed to write pod result", "pod", klog.KObj(pod))
@@ -363,6 +388,9 @@ func (a *Agent) record(pod *v1.Pod, r *PodResult) {
 	a.events.podRecorded(r)
 	if r.Phase == PhaseRejected {
 		a.manager.UpdateAllocatedDevices()
+	}
+	if a.containers != nil && r.Phase == PhaseAdmitted {
+		a.containers.rt.Trigger()
 	}
 	if fromAPI {
 		a.kube.enqueue(pod)

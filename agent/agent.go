@@ -46,6 +46,9 @@ type Agent struct {
 	// one waits for it (queue.go).
 	lastAdmission map[string]*admission
 	ready         atomic.Bool // every source's first listing has been admitted
+	// containers runs admitted pods through a container runtime; nil without one
+	// (containers.go).
+	containers *containerRoom
 	// kube is the API server pod source, nil without a KubeClient. Recorded results requeue
 	// its pods so their status is published.
 	kube *kubePodSource
@@ -101,6 +104,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.KubeClient != nil {
 		a.kube = newKubePodSource(a)
+	}
+	if cfg.ContainerRuntimeEndpoint != "" {
+		if a.containers, err = newContainerRoom(a); err != nil {
+			return nil, err
+		}
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kdm_admission_pending_pods",
@@ -184,6 +192,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	spawn("health updates", a.watchHealth)
 	spawn("device events", a.watchDevices)
+	if a.containers != nil {
+		spawn("container runtime", a.containers.run)
+	}
 	type podSource struct {
 		name string
 		run  func(ctx context.Context, sourceReady func()) error
@@ -228,6 +239,9 @@ func (a *Agent) readyAfter(n int) func() {
 		a.ready.Store(true)
 		a.dropStaleResults()
 		a.manager.UpdateAllocatedDevices()
+		if a.containers != nil {
+			a.containers.sourcesReady()
+		}
 	}
 	if n == 0 {
 		markReady()
@@ -276,16 +290,22 @@ func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.
 	return keys, held, nil
 }
 
-// activePods lists the pods of the source that were not rejected.
+// activePods lists the pods of the source that were not rejected and whose containers have
+// not all ended for good (the kubelet's active pods), and, with a container runtime, the removed
+// pods whose containers may still run.
 func (a *Agent) activePods() []*v1.Pod {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]*v1.Pod, 0, len(a.pods))
 	for uid, p := range a.pods {
-		if r := a.results[uid]; r != nil && r.Phase == PhaseRejected {
+		if r := a.results[uid]; r != nil && (r.Phase == PhaseRejected || r.Runtime.Terminal()) {
 			continue
 		}
 		out = append(out, p)
+	}
+	if a.containers != nil {
+		// Removed pods whose containers may still run keep their devices.
+		out = append(out, a.containers.stoppingPods()...)
 	}
 	return out
 }

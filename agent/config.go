@@ -33,6 +33,8 @@ const (
 	// DefaultNodeStatusUpdateFrequency is the node status publisher's default, the kubelet's
 	// --node-status-update-frequency.
 	DefaultNodeStatusUpdateFrequency = nodestatus.DefaultUpdateFrequency
+	// DefaultSandboxImage is the pod sandbox image with a container runtime, the kubelet's.
+	DefaultSandboxImage = "registry.k8s.io/pause:3.10.1"
 )
 
 // Config describes an Agent. Every field's zero value is usable and documented; New applies
@@ -62,6 +64,16 @@ type Config struct {
 	Policy devicemanager.Policy
 	// Endpoint carries the plugin RPC deadlines.
 	Endpoint endpoint.Config
+	// ContainerRuntimeEndpoint, if set, is the CRI endpoint of a container runtime
+	// ("unix:///run/containerd/containerd.sock", the kubelet's --container-runtime-endpoint):
+	// admitted pods then run as containers that receive their devices, and a removed pod's
+	// devices are released only once its containers and sandbox are gone. Zero: kdm runs no
+	// containers and every view says so.
+	ContainerRuntimeEndpoint string
+	// SandboxImage is the image of the pods' sandboxes with a container runtime; it must be
+	// the runtime's own sandbox image (containerd's sandbox_image), and is pulled only when
+	// the runtime lacks it. Zero: DefaultSandboxImage.
+	SandboxImage string
 	// KubeClient, if set, makes the API server a pod source: pods bound to NodeName are
 	// admitted and their outcome written to pod status, and the Node (identity, capacity,
 	// device resources) and its Lease are published. Zero: no API server.
@@ -115,6 +127,9 @@ func (c Config) withDefaults() Config {
 	if c.ResyncPeriod == 0 {
 		c.ResyncPeriod = DefaultResyncPeriod
 	}
+	if c.SandboxImage == "" {
+		c.SandboxImage = DefaultSandboxImage
+	}
 	if c.NodeStatusUpdateFrequency == 0 {
 		c.NodeStatusUpdateFrequency = DefaultNodeStatusUpdateFrequency
 	}
@@ -144,6 +159,11 @@ func (c Config) Validate() error {
 	}
 	if c.GracePeriod < 0 {
 		errs = append(errs, fmt.Errorf("grace period must not be negative: %v", c.GracePeriod))
+	}
+	if e := c.ContainerRuntimeEndpoint; e != "" {
+		if p, ok := strings.CutPrefix(e, "unix://"); !ok || !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("container runtime endpoint %q: must be unix:// and an absolute socket path", e))
+		}
 	}
 	if c.KubeClient != nil && c.NodeName == "" {
 		errs = append(errs, errors.New("a node name is required with a Kubernetes client"))

@@ -22,6 +22,8 @@ type NodeStatus struct {
 	Allocatable map[string]int64 `json:"allocatable"`
 	Removed     []string         `json:"removed,omitempty"`
 	Pods        []*PodResult     `json:"pods"`
+	// Runtime says whether kdm runs the pods' containers, and through which runtime.
+	Runtime RuntimeInfo `json:"runtime"`
 }
 
 // Bounds of the agent's HTTP server (Config.HealthzBindAddress). Whatever its clients send or
@@ -146,7 +148,8 @@ const httpShutdownTimeout = 5 * time.Second
 // policy drops removed resources.
 func (a *Agent) Status() NodeStatus {
 	c, al, removed := a.manager.GetCapacity()
-	st := NodeStatus{Capacity: map[string]int64{}, Allocatable: map[string]int64{}, Removed: removed}
+	st := NodeStatus{Capacity: map[string]int64{}, Allocatable: map[string]int64{}, Removed: removed,
+		Runtime: a.runtimeInfo()}
 	for name, q := range c {
 		st.Capacity[string(name)] = q.Value()
 	}

@@ -196,6 +196,9 @@ func (s *kubePodSource) syncPod(ctx context.Context, key string) error {
 	case pod == nil:
 		return nil
 	case pod.DeletionTimestamp != nil:
+		if s.a.containers != nil && s.a.containers.isStopping(pod.UID) {
+			return nil // its containers still run: deleted once they are gone (containerRoom.onStopped)
+		}
 		return s.finishDeletion(ctx, pod)
 	case !isActive(pod):
 		return nil
@@ -212,8 +215,8 @@ func (s *kubePodSource) syncPod(ctx context.Context, key string) error {
 }
 
 // finishDeletion deletes a pod the API server marked for deletion, with grace period 0, once
-// its devices are released: without a kubelet nothing else would, and the pod would stay
-// Terminating.
+// its devices are released (with a container runtime: once its containers are gone): without a
+// kubelet nothing else would, and the pod would stay Terminating.
 func (s *kubePodSource) finishDeletion(ctx context.Context, pod *v1.Pod) error {
 	err := s.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0),

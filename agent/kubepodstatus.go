@@ -34,6 +34,8 @@ func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *PodResult) 
 	now := metav1.NewTime(s.a.clock.Now())
 	var status *v1.PodStatus
 	switch {
+	case r.Phase == PhaseAdmitted && r.Runtime != nil && r.Runtime.ContainersRun:
+		status = runtimePodStatus(pod, r, now)
 	case r.Phase == PhaseAdmitted && pod.Status.Phase != v1.PodRunning:
 		status = admittedStatus(pod, r, now)
 	case r.Phase == PhasePending && pod.Status.Phase == v1.PodPending && !hasWaitingCondition(pod, r):
@@ -53,6 +55,9 @@ func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *PodResult) 
 	if err != nil {
 		return err
 	}
+	if patch == nil {
+		return nil // the pod's status already says this
+	}
 	_, err = s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone, or replaced by a pod of the same name (the UID precondition)
@@ -65,6 +70,9 @@ func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *PodResult) 
 	case v1.PodFailed:
 		s.recorder.Event(pod, v1.EventTypeWarning, r.Reason, r.Message)
 	case v1.PodRunning:
+		if pod.Status.Phase == v1.PodRunning {
+			break // a container changed state; the devices were named when the pod started
+		}
 		if msg := assignedDevices(r); msg != "" {
 			s.recorder.Event(pod, v1.EventTypeNormal, ReasonDevicesAssigned, msg)
 		}
@@ -82,6 +90,9 @@ func podStatusPatch(pod *v1.Pod, status *v1.PodStatus) ([]byte, error) {
 	var patch map[string]any
 	if err := json.Unmarshal(raw, &patch); err != nil {
 		return nil, fmt.Errorf("building pod status patch: %w", err)
+	}
+	if len(patch) == 0 {
+		return nil, nil
 	}
 	patch["metadata"] = map[string]any{"uid": pod.UID}
 	return json.Marshal(patch)
@@ -199,4 +210,78 @@ func setPodCondition(st *v1.PodStatus, want v1.PodCondition, now metav1.Time) {
 	}
 	want.LastTransitionTime = now
 	st.Conditions = append(st.Conditions, want)
+}
+
+// runtimePodStatus is the status of an admitted pod whose containers run through the container
+// runtime: the phase and container states the runtime reports, each container with the health
+// of its devices, and the conditions they give (no probes: a running container is ready).
+func runtimePodStatus(pod *v1.Pod, r *PodResult, now metav1.Time) *v1.PodStatus {
+	rs := r.Runtime
+	st := pod.Status.DeepCopy()
+	st.Phase = rs.Phase
+	if st.Phase == "" {
+		st.Phase = v1.PodPending
+	}
+	st.Reason, st.Message = "", ""
+	if st.StartTime == nil {
+		st.StartTime = &now
+	}
+	health := map[string][]v1.ResourceStatus{}
+	for _, c := range r.Containers {
+		health[c.Name] = c.AllocatedResourcesStatus
+	}
+	withHealth := func(in []v1.ContainerStatus) []v1.ContainerStatus {
+		out := make([]v1.ContainerStatus, 0, len(in))
+		for _, cs := range in {
+			cs.AllocatedResourcesStatus = health[cs.Name]
+			out = append(out, cs)
+		}
+		return out
+	}
+	st.InitContainerStatuses = withHealth(rs.InitContainerStatuses)
+	st.ContainerStatuses = withHealth(rs.ContainerStatuses)
+
+	condition := func(t v1.PodConditionType, ok bool, reason, message string) {
+		c := v1.PodCondition{Type: t, Status: v1.ConditionTrue}
+		if !ok {
+			c.Status, c.Reason, c.Message = v1.ConditionFalse, reason, message
+		}
+		setPodCondition(st, c, now)
+	}
+	condition(v1.PodReadyToStartContainers, rs.SandboxID != "", "", "")
+	initialized, pendingInit := initContainersDone(pod, rs)
+	condition(v1.PodInitialized, initialized, "ContainersNotInitialized", "containers with incomplete status: "+pendingInit)
+	var notReady []string
+	for _, cs := range rs.ContainerStatuses {
+		if !cs.Ready {
+			notReady = append(notReady, cs.Name)
+		}
+	}
+	ready := len(notReady) == 0 && len(rs.ContainerStatuses) > 0
+	reason, message := reasonContainersNotReady, "containers with unready status: "+strings.Join(notReady, ", ")
+	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+		ready, reason, message = false, "PodCompleted", ""
+	}
+	condition(v1.ContainersReady, ready, reason, message)
+	condition(v1.PodReady, ready, reason, message)
+	return st
+}
+
+// initContainersDone reports whether every regular init container of the pod exited 0 and
+// every sidecar started; if not, it names those that did not, as "[a b]".
+func initContainersDone(pod *v1.Pod, rs *RuntimeStatus) (bool, string) {
+	var pending []string
+	for _, c := range pod.Spec.InitContainers {
+		cs, ok := rs.containerStatus(c.Name, true)
+		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+		switch {
+		case !ok:
+			pending = append(pending, c.Name)
+		case sidecar && (cs.Started == nil || !*cs.Started):
+			pending = append(pending, c.Name)
+		case !sidecar && (cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0):
+			pending = append(pending, c.Name)
+		}
+	}
+	return len(pending) == 0, "[" + strings.Join(pending, " ") + "]"
 }

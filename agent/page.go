@@ -35,6 +35,8 @@ type PageState struct {
 	GracePeriodSeconds float64        `json:"gracePeriodSeconds"`
 	Resources          []PageResource `json:"resources"`
 	Pods               []PagePod      `json:"pods"`
+	// Runtime says whether kdm runs the pods' containers, and through which runtime.
+	Runtime RuntimeInfo `json:"runtime"`
 	// Events are the most recent events, newest first.
 	Events []Event `json:"events"`
 }
@@ -97,8 +99,11 @@ type PagePod struct {
 	Warning   string    `json:"warning,omitempty"`
 	Updated   time.Time `json:"updated"`
 	// Waiting says what a Pending pod waits for, when known.
-	Waiting    *PageWait       `json:"waiting,omitempty"`
-	Containers []PageContainer `json:"containers,omitempty"`
+	Waiting *PageWait `json:"waiting,omitempty"`
+	// RuntimePhase is the phase the container runtime's states give (Pending, Running,
+	// Succeeded, Failed); empty when kdm runs no containers.
+	RuntimePhase string          `json:"runtimePhase,omitempty"`
+	Containers   []PageContainer `json:"containers,omitempty"`
 }
 
 // PageWait is what a waiting pod waits for and until when.
@@ -118,6 +123,10 @@ type PageContainer struct {
 	Devices map[string][]string `json:"devices,omitempty"`
 	// Unhealthy are the container's devices its result says are Unhealthy, sorted.
 	Unhealthy []string `json:"unhealthy,omitempty"`
+	// State is the container's state in the runtime: waiting, running or exited, with the
+	// reason or exit code ("exited 3"); empty when kdm runs no containers.
+	State        string `json:"state,omitempty"`
+	RestartCount int32  `json:"restartCount,omitempty"`
 }
 
 // gracePeriod is the stopped-endpoint grace period in force.
@@ -139,7 +148,8 @@ func (a *Agent) PageState() PageState {
 	a.events.observe(views, a.gracePeriod())
 	now := a.clock.Now()
 	st := PageState{Node: a.cfg.NodeName, Time: now.UTC(), Policy: a.cfg.Policy.Name(),
-		GracePeriodSeconds: a.gracePeriod().Seconds(), Pods: []PagePod{}, Events: a.events.recent()}
+		GracePeriodSeconds: a.gracePeriod().Seconds(), Pods: []PagePod{}, Events: a.events.recent(),
+		Runtime: a.runtimeInfo()}
 
 	a.mu.Lock()
 	names := map[types.UID]string{}
@@ -227,12 +237,18 @@ func (a *Agent) pagePod(r *PodResult, now time.Time) PagePod {
 				RemainingMs: max(w.Deadline.Sub(now).Milliseconds(), 0)}
 		}
 	}
+	if r.Runtime != nil && r.Runtime.ContainersRun {
+		p.RuntimePhase = string(r.Runtime.Phase)
+	}
 	for _, c := range r.Containers {
 		pc := PageContainer{Name: c.Name, Init: c.Init, Sidecar: c.Sidecar}
 		if devs := c.Devices(); len(devs) > 0 {
 			pc.Devices = devs
 		}
 		pc.Unhealthy = c.unhealthyDevices()
+		if cs, ok := r.Runtime.containerStatus(c.Name, c.Init); ok {
+			pc.State, pc.RestartCount = containerStateText(cs.State), cs.RestartCount
+		}
 		p.Containers = append(p.Containers, pc)
 	}
 	return p

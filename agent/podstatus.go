@@ -53,6 +53,10 @@ type PodResult struct {
 	Conflicts  []DeviceConflict  `json:"conflicts,omitempty"`
 	Updated    time.Time         `json:"updated"`
 	Containers []ContainerResult `json:"containers,omitempty"`
+	// Runtime is what runs of the pod: its containers' states as the container runtime
+	// reports them, or, when kdm runs no containers, a plain statement of that. Absent in
+	// results written before kdm could run containers.
+	Runtime *RuntimeStatus `json:"runtime,omitempty"`
 }
 
 // DeviceConflict is one device that the pod and other pods claim (see PodResult.Conflicts).

@@ -27,8 +27,9 @@ import (
 // pageView is what the status page's DOM shows, read by pageViewJS.
 type pageView struct {
 	Live      string       `json:"live"`
-	Policy    string       `json:"policy"` // the header's policy line
-	State     string       `json:"state"`  // the GPU resource card's endpoint state
+	Policy    string       `json:"policy"`  // the header's policy line
+	Runtime   string       `json:"runtime"` // the line above the pods that says what runs
+	State     string       `json:"state"`   // the GPU resource card's endpoint state
 	Capacity  string       `json:"capacity"`
 	Alloc     string       `json:"alloc"`
 	Free      string       `json:"free"`
@@ -55,9 +56,10 @@ type pageDevice struct {
 }
 
 type pagePod struct {
-	Pod   string `json:"pod"`
-	Phase string `json:"phase"`
-	Text  string `json:"text"`
+	Pod          string `json:"pod"`
+	Phase        string `json:"phase"`
+	RuntimePhase string `json:"runtimePhase"`
+	Text         string `json:"text"`
 }
 
 // pageViewJS reads the page's DOM (never its JavaScript state), what a person sees, with the
@@ -68,12 +70,12 @@ const pageViewJS = `((resource) => {
   const r = [...document.querySelectorAll("[data-resource]")].find((e) => e.dataset.resource === resource);
   return {
     live: live ? live.dataset.state : "",
-    policy: q(document, "#policy"),
+    policy: q(document, "#policy"), runtime: q(document, "#runtime"),
     state: r ? r.dataset.state : "",
     capacity: q(r, ".cap"), alloc: q(r, ".alloc"), free: q(r, ".free-count"), countdown: q(r, ".countdown"),
     devices: r ? [...r.querySelectorAll(".dev")].map((d) => ({id: d.dataset.id, health: d.dataset.health, holder: d.dataset.holder, label: q(d, ".dev-id")})) : [],
     idPrefix: q(r, ".id-prefix code"),
-    pods: [...document.querySelectorAll(".pod")].map((p) => ({pod: p.dataset.pod, phase: p.dataset.phase, text: p.textContent})),
+    pods: [...document.querySelectorAll(".pod")].map((p) => ({pod: p.dataset.pod, phase: p.dataset.phase, runtimePhase: p.dataset.runtimePhase || "", text: p.textContent})),
     compact: r ? r.querySelectorAll(".grid.compact .dev").length : 0,
     events: [...document.querySelectorAll("#events li")].map((li) => li.dataset.kind || ""),
     timeline: [...document.querySelectorAll("#events li")].map((li) => ({kind: li.dataset.kind || "", subject: q(li, ".subject"), text: q(li, ".ev-text")})),
@@ -325,6 +327,9 @@ func TestStatusPage(t *testing.T) {
 	}
 	if wantPolicy := "policy " + devicemanager.DefaultPolicyName(); v.Policy != wantPolicy {
 		t.Errorf("the header shows %q, want %q", v.Policy, wantPolicy)
+	}
+	if v.Runtime != agent.NoContainersMessage {
+		t.Errorf("the pods section says %q about containers; want %q", v.Runtime, agent.NoContainersMessage)
 	}
 	if e, ok := v.event(agent.EventAdmitted, "e2e/shared"); !ok || e.Text != "admitted with 2 × nvidia.com/gpu" {
 		t.Errorf("the shared pod's Admitted event reads %q (found: %v), want \"admitted with 2 × nvidia.com/gpu\"", e.Text, ok)

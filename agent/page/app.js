@@ -204,6 +204,10 @@
   }
 
   function renderPods(st) {
+    const rt = st.runtime || {};
+    const runtime = $("runtime");
+    runtime.textContent = rt.message || "";
+    runtime.dataset.containersRun = rt.containersRun ? "true" : "false";
     $("pods-count").textContent = st.pods.length ? `(${st.pods.length})` : "";
     if (st.pods.length === 0) return setHTML("pods", `<p class="empty">No pods.</p>`);
     return setHTML("pods", st.pods.map(renderPod).join(""));
@@ -222,7 +226,9 @@
         }).join("; ");
         const sick = (c.unhealthy || []).map(visible);
         const health = sick.length ? ` <span class="sick" title="${esc(sick.join(", "))}">${sick.length} unhealthy</span>` : "";
-        body += `<div class="ctr"><span class="ctr-name">${txt(c.name)}</span>${kind} ` +
+        const restarts = c.restartCount ? `, ${c.restartCount} restart${c.restartCount === 1 ? "" : "s"}` : "";
+        const state = c.state ? ` <span class="ctr-state">${txt(c.state + restarts)}</span>` : "";
+        body += `<div class="ctr" data-state="${esc(c.state || "")}"><span class="ctr-name">${txt(c.name)}</span>${kind}${state} ` +
           `<span class="devs">${devs || "no devices"}</span>${health}</div>`;
       }
     } else if (p.phase === "Pending") {
@@ -237,8 +243,9 @@
       body += `<div><span class="reason">${txt(p.reason || "")}</span> <span class="msg">${txt(p.message || "")}</span></div>`;
     }
     if (p.warning) body += `<div class="warning">${txt(p.warning)}</div>`;
-    return `<div class="pod" data-pod="${esc(name)}" data-phase="${esc(p.phase)}">` +
-      `<div class="pod-head"><span class="pod-name" title="${txt(name)}">${txt(name)}</span>${badge(p.phase)}</div>` +
+    const running = p.runtimePhase ? badge(p.runtimePhase) : "";
+    return `<div class="pod" data-pod="${esc(name)}" data-phase="${esc(p.phase)}" data-runtime-phase="${esc(p.runtimePhase || "")}">` +
+      `<div class="pod-head"><span class="pod-name" title="${txt(name)}">${txt(name)}</span>${badge(p.phase)}${running}</div>` +
       `<div class="pod-body">${body}</div></div>`;
   }
 

@@ -32,7 +32,10 @@ type listHeader struct {
 // podList is `kdm get pods`.
 type podList struct {
 	listHeader
-	Items []getPod `json:"items"`
+	// Runtime says whether kdm runs the pods' containers; absent when kdm's HTTP endpoint did
+	// not answer.
+	Runtime *agent.RuntimeInfo `json:"runtime,omitempty"`
+	Items   []getPod           `json:"items"`
 }
 
 // getPod is one pod: what podresources lists for it, and its admission outcome from kdm's
@@ -45,6 +48,9 @@ type getPod struct {
 	Phase   string `json:"phase,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+	// RuntimePhase is the phase of the pod's containers in the container runtime (Pending,
+	// Running, Succeeded, Failed); empty when kdm runs no containers.
+	RuntimePhase string `json:"runtimePhase,omitempty"`
 	// Waiting is what a Pending pod waits for: a resource whose plugin has not registered.
 	Waiting    *getWait       `json:"waiting,omitempty"`
 	Containers []getContainer `json:"containers"`
@@ -84,6 +90,9 @@ func newPodList(pr *podresourcesv1.ListPodResourcesResponse, st *agent.PageState
 	}
 	listed := map[string]bool{}
 	out := &podList{listHeader: listHeader{getAPIVersion, "PodList"}, Items: []getPod{}}
+	if st != nil {
+		out.Runtime = &st.Runtime
+	}
 	for _, p := range pr.GetPodResources() {
 		gp := getPod{Namespace: p.GetNamespace(), Name: p.GetName(), Containers: []getContainer{}}
 		for _, c := range p.GetContainers() {
@@ -123,6 +132,7 @@ func newPodList(pr *podresourcesv1.ListPodResourcesResponse, st *agent.PageState
 // setOutcome copies the pod's admission outcome from kdm's state, taken at now.
 func (p *getPod) setOutcome(k *agent.PagePod, now time.Time) {
 	p.UID, p.Phase, p.Reason, p.Message = string(k.UID), k.Phase, k.Reason, k.Message
+	p.RuntimePhase = k.RuntimePhase
 	if w := k.Waiting; w != nil {
 		p.Waiting = &getWait{Container: w.Container, Resource: w.Resource,
 			RemainingSeconds: max(w.Deadline.Sub(now), 0).Seconds()}
@@ -168,6 +178,8 @@ func (p getPod) status() string {
 	case p.Waiting != nil:
 		left := time.Duration(p.Waiting.RemainingSeconds * float64(time.Second)).Round(time.Second)
 		return fmt.Sprintf("%s: waiting %v for %s", p.Phase, left, p.Waiting.Resource)
+	case p.RuntimePhase != "":
+		return p.Phase + ", " + p.RuntimePhase
 	}
 	return p.Phase
 }
@@ -189,6 +201,9 @@ func (l *podList) printTable(w io.Writer) {
 		}
 	}
 	_ = tw.Flush()
+	if l.Runtime != nil && !l.Runtime.ContainersRun && l.Runtime.Message != "" {
+		fmt.Fprintf(w, "Note: %s.\n", l.Runtime.Message)
+	}
 }
 
 // deviceList is `kdm get devices`.

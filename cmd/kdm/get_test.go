@@ -25,7 +25,7 @@ func getFixture() (*podresourcesv1.ListPodResourcesResponse, *agent.PageState) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	stopped := now.Add(-90 * time.Second)
 	holders := []agent.PageHolder{{Pod: "ml/inference", Container: "server"}, {Pod: "ml/inference", Container: "warmup"}}
-	st := &agent.PageState{Time: now, GracePeriodSeconds: 300,
+	st := &agent.PageState{Time: now, GracePeriodSeconds: 300, Runtime: agent.RuntimeInfo{Message: agent.NoContainersMessage},
 		Resources: []agent.PageResource{
 			{Name: "example.com/nic", Capacity: 2, Allocatable: 2,
 				Endpoint: agent.PageEndpoint{State: "Stopped", Socket: "/var/lib/kubelet/device-plugins/nic.sock", StoppedAt: &stopped, GraceRemainingMs: 210_000},

@@ -30,6 +30,7 @@ type runOptions struct {
 	policy                                       string
 	watcher                                      bool
 	kubeconfig, nodeName                         string
+	runtimeEndpoint, sandboxImage                string
 	maxPods                                      int64
 	nodeLabels                                   map[string]string
 	taints                                       []string
@@ -74,6 +75,8 @@ func addRunFlags(fs *pflag.FlagSet) *runOptions {
 	fs.DurationVar(&o.grace, "grace-period", devicemanager.DefaultGracePeriod, "how long a resource outlives its stopped plugin")
 	fs.StringVar(&o.policy, "policy", devicemanager.DefaultPolicyName(), devicemanager.PolicyHelp())
 	fs.BoolVar(&o.watcher, "plugin-watcher", false, "also accept plugins through <root-dir>/plugins_registry")
+	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint of the container runtime that runs admitted pods, e.g. unix:///run/containerd/containerd.sock (empty: kdm only admits pods and runs no containers)")
+	fs.StringVar(&o.sandboxImage, "pod-infra-container-image", agent.DefaultSandboxImage, "with --container-runtime-endpoint: the pod sandbox image, which must be the runtime's own sandbox image; pulled only when absent")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the API server to join: pods bound to --node-name are admitted and the Node published (empty: no API server)")
 	fs.StringVar(&o.nodeName, "node-name", "", "the Node this agent stands for (default: the hostname)")
 	fs.Int64Var(&o.maxPods, "max-pods", 110, "with --kubeconfig: the Node's pods capacity, so that a scheduler may place pods on it")
@@ -152,6 +155,9 @@ func (o *runOptions) agentConfig(fs *pflag.FlagSet) (agent.Config, error) {
 		NodeLabels:         o.nodeLabels,
 		RegisterWithTaints: taints,
 		NodeIP:             o.nodeIP,
+
+		ContainerRuntimeEndpoint: o.runtimeEndpoint,
+		SandboxImage:             o.sandboxImage,
 	}
 	for _, r := range []struct {
 		flag string

@@ -1,0 +1,199 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kdm-project/kdm/agent/podruntime"
+	"github.com/kdm-project/kdm/devicemanager"
+)
+
+// containerRoom runs the admitted pods as containers through a CRI runtime (package
+// podruntime), when Config.ContainerRuntimeEndpoint names one. It decides which pods run and
+// when a removed pod's devices may go: a pod the sources removed stays active for the device
+// manager, its devices held, until the runtime reports that none of its containers and not its
+// sandbox are left.
+type containerRoom struct {
+	a        *Agent
+	endpoint string
+	rt       *podruntime.Runtime
+	// ready is closed once the pod sources are ready: only then does the runtime reconcile,
+	// since before it a pod that ran before a restart may not be listed again yet.
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	mu sync.Mutex
+	// stopping are the removed pods whose containers or sandbox may still exist.
+	stopping map[types.UID]*v1.Pod
+	// name and version are the runtime's, once it answered.
+	name, version string
+}
+
+func newContainerRoom(a *Agent) (*containerRoom, error) {
+	c := &containerRoom{a: a, endpoint: a.cfg.ContainerRuntimeEndpoint, ready: make(chan struct{}),
+		stopping: map[types.UID]*v1.Pod{}}
+	rt, err := podruntime.New(podruntime.Config{
+		Endpoint:     c.endpoint,
+		SandboxImage: a.cfg.SandboxImage,
+		PodLogsDir:   filepath.Join(a.cfg.RootDir, "kdm", "pod-logs"),
+		Pods:         c.pods,
+		RunOptions:   c.runOptions,
+		OnStatus:     c.onStatus,
+		OnStopped:    c.onStopped,
+		Logger:       a.log,
+		Clock:        a.clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("container runtime: %w", err)
+	}
+	c.rt = rt
+	return c, nil
+}
+
+// run waits for the pod sources, then runs the runtime's loop until ctx ends. Containers keep
+// running when kdm stops: the next start adopts them.
+func (c *containerRoom) run(ctx context.Context) error {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	if name, version, err := c.rt.Version(ctx); err != nil {
+		c.a.log.Error(err, "Container runtime does not answer yet", "endpoint", c.endpoint)
+	} else {
+		c.mu.Lock()
+		c.name, c.version = name, version
+		c.mu.Unlock()
+		c.a.log.Info("Container runtime connected", "endpoint", c.endpoint, "runtimeName", name, "runtimeVersion", version)
+	}
+	return c.rt.Run(ctx)
+}
+
+// sourcesReady lets the runtime reconcile: every pod that should run is listed by now.
+func (c *containerRoom) sourcesReady() {
+	c.readyOnce.Do(func() { close(c.ready) })
+}
+
+// pods lists the pods whose containers should run: admitted, still in a source, not removed.
+func (c *containerRoom) pods() []*v1.Pod {
+	a := c.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*v1.Pod, 0, len(a.pods))
+	for uid, p := range a.pods {
+		if r := a.results[uid]; r != nil && r.Phase == PhaseAdmitted {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// runOptions gives a container's devices just before it is created: the device manager calls
+// the plugin's PreStartContainer here when the plugin asks for it.
+func (c *containerRoom) runOptions(ctx context.Context, pod *v1.Pod, ctr *v1.Container) (*devicemanager.RunContainerOptions, error) {
+	return c.a.manager.GetDeviceRunContainerOptions(ctx, pod, ctr)
+}
+
+// onStatus records the runtime's view of a pod in its result.
+func (c *containerRoom) onStatus(uid types.UID, s podruntime.PodStatus) {
+	c.a.recordRuntime(uid, &RuntimeStatus{ContainersRun: true, Phase: s.Phase, Message: s.Message,
+		SandboxID: s.SandboxID, InitContainerStatuses: s.InitContainerStatuses, ContainerStatuses: s.ContainerStatuses})
+}
+
+// stop asks the runtime to stop and remove a removed pod's containers and sandbox; its devices
+// are released once that is done (onStopped).
+func (c *containerRoom) stop(pod *v1.Pod) {
+	c.mu.Lock()
+	c.stopping[pod.UID] = pod
+	c.mu.Unlock()
+	c.rt.StopPod(pod.UID)
+}
+
+// onStopped releases the devices of a removed pod once nothing of it runs.
+func (c *containerRoom) onStopped(uid types.UID) {
+	c.mu.Lock()
+	pod, ok := c.stopping[uid]
+	delete(c.stopping, uid)
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	c.a.release(pod)
+	if c.a.kube != nil {
+		c.a.kube.enqueue(pod) // a pod being deleted is deleted now (kubePodSource.syncPod)
+	}
+}
+
+// isStopping reports whether the removed pod's containers or sandbox may still exist.
+func (c *containerRoom) isStopping(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.stopping[uid]
+	return ok
+}
+
+// stoppingPods lists the removed pods whose containers may still run: the device manager
+// counts them as active, so their devices go to no other pod.
+func (c *containerRoom) stoppingPods() []*v1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*v1.Pod, 0, len(c.stopping))
+	for _, p := range c.stopping {
+		out = append(out, p)
+	}
+	return out
+}
+
+// info says what runs, for /status and the page.
+func (c *containerRoom) info() RuntimeInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msg := "admitted pods run as containers through " + c.endpoint
+	if c.name != "" {
+		msg = fmt.Sprintf("admitted pods run as containers through %s %s", c.name, c.version)
+	}
+	return RuntimeInfo{ContainersRun: true, Endpoint: c.endpoint, Name: c.name, Version: c.version, Message: msg}
+}
+
+// runtimeInfo says whether kdm runs containers, and through which runtime.
+func (a *Agent) runtimeInfo() RuntimeInfo {
+	if a.containers == nil {
+		return RuntimeInfo{Message: NoContainersMessage}
+	}
+	return a.containers.info()
+}
+
+// removePod forgets a pod its source removed: without a runtime its devices are released at
+// once; with one, once its containers and sandbox are gone.
+func (a *Agent) removePod(pod *v1.Pod) {
+	if a.containers == nil {
+		a.release(pod)
+		return
+	}
+	a.containers.stop(pod)
+}
+
+// recordRuntime writes the runtime's view of a pod into its result and publishes it.
+func (a *Agent) recordRuntime(uid types.UID, s *RuntimeStatus) {
+	a.mu.Lock()
+	prev := a.results[uid]
+	pod, tracked := a.pods[uid]
+	a.mu.Unlock()
+	if prev == nil {
+		return
+	}
+	if !tracked {
+		pod = podOf(prev) // removed, stopping: its result stays until nothing of it runs
+	}
+	r := *prev
+	r.Runtime = s
+	a.recordResult(pod, &r, true)
+	if s.Terminal() && !prev.Runtime.Terminal() {
+		a.manager.UpdateAllocatedDevices() // a finished pod's devices go back to the pool
+	}
+}

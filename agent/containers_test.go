@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kdm-project/kdm/agent/internal/apitest"
+	"github.com/kdm-project/kdm/internal/containerdtest"
+)
+
+// TestContainersWaitForTheSources: with a container runtime, the pods of the API server run as
+// containers and their Pod status is the runtime's; after a restart during which the API server
+// does not answer, the runtime leaves the running container alone (the pod is merely not listed
+// yet, not removed) and adopts it once the listing comes.
+func TestContainersWaitForTheSources(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a containerd; run without -short")
+	}
+	ctd := containerdtest.Start(t)
+	probe, sandbox := containerdtest.ImportProbe(t, ctd)
+	crt := ctd.Dial(t)
+	pod := fakePod("default", "worker", "edge-1", 0, 1)
+	pod.Spec.Containers[0].Image = probe
+	api := apitest.NewFakeAPI(pod)
+	f := newFixture(t)
+	cfg := Config{KubeClient: api, NodeName: "edge-1", ContainerRuntimeEndpoint: ctd.Endpoint(), SandboxImage: sandbox}
+
+	first, stop := f.runWith(cfg)
+	f.plugin("g0", "g1")
+	f.waitFor(first, "worker running", runtimePhase("worker", v1.PodRunning))
+	waitPod(t, api, "default", "worker", "a Running status from the runtime", func(p *v1.Pod, err error) bool {
+		return err == nil && p.Status.Phase == v1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
+			p.Status.ContainerStatuses[0].State.Running != nil && p.Status.ContainerStatuses[0].ContainerID != ""
+	})
+	id := runningContainer(t, crt, pod.UID)
+	stop()
+	if got := runningContainer(t, crt, pod.UID); got != id {
+		t.Fatalf("stopping kdm changed the container: %s, was %s", got, id)
+	}
+
+	api.Fail("list", "pods", errors.New("the API server is down"))
+	second, _ := f.runWith(cfg)
+	time.Sleep(3 * time.Second) // three runtime syncs while the pod source has not listed
+	if got := runningContainer(t, crt, pod.UID); got != id {
+		t.Fatalf("while the API server did not answer, the worker's container became %q; it was %s", got, id)
+	}
+	api.Fail("list", "pods", nil)
+	f.waitFor(second, "worker running after the restart", runtimePhase("worker", v1.PodRunning))
+	if got := runningContainer(t, crt, pod.UID); got != id {
+		t.Fatalf("after the restart the worker's container is %q; it was %s", got, id)
+	}
+}
+
+// runtimePhase holds when the runtime reports the named pod in that phase.
+func runtimePhase(name string, want v1.PodPhase) func(NodeStatus) bool {
+	return func(st NodeStatus) bool {
+		p := phase(st, name)
+		return p != nil && p.Runtime != nil && p.Runtime.ContainersRun && p.Runtime.Phase == want
+	}
+}
+
+// runningContainer is the ID of the pod's running container in the runtime, "" when none runs.
+func runningContainer(t *testing.T, rt cri.RuntimeServiceClient, uid types.UID) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := rt.ListContainers(ctx, &cri.ListContainersRequest{Filter: &cri.ContainerFilter{
+		State:         &cri.ContainerStateValue{State: cri.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(uid)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Containers) != 1 {
+		return ""
+	}
+	return resp.Containers[0].Id
+}
