@@ -2,10 +2,8 @@ package checkpoint
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"testing"
 	"unicode/utf8"
 
@@ -122,31 +120,4 @@ func TestEncodeNilData(t *testing.T) {
 	if want := specVectors[2].file; string(got) != want {
 		t.Errorf("Encode(nil) = %s, want %s", got, want)
 	}
-}
-
-func TestAppendBase64(t *testing.T) {
-	src := make([]byte, 0, 300)
-	for n := 0; n < 300; n++ {
-		if got, want := string(appendBase64([]byte("x"), src)), "x"+base64.StdEncoding.EncodeToString(src); got != want {
-			t.Fatalf("len %d: %q, want %q", n, got, want)
-		}
-		src = append(src, byte(n*37+11))
-	}
-}
-
-// FuzzDecodeBase64 holds decodeBase64 to encoding/base64: the same count, bytes and error for
-// any input, in a destination of the size the parser gives it.
-func FuzzDecodeBase64(f *testing.F) {
-	for _, s := range []string{"", "QQ==", "QR==", "QUI=", "QUJD", "QUJDREVGR0g=", "QUJD\nREVG", "QUJ*REVG", "QUJDREVGR0hJ", "=QUJ", "QUJDREVGR0hJSktMTU5PUA=="} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, src []byte) {
-		size := base64.StdEncoding.DecodedLen(len(src))
-		got, want := make([]byte, size), make([]byte, size)
-		n, err := decodeBase64(got, src)
-		wn, werr := base64.StdEncoding.Decode(want, src)
-		if fmt.Sprint(err) != fmt.Sprint(werr) || (err == nil && (n != wn || !bytes.Equal(got[:n], want[:wn]))) {
-			t.Fatalf("decodeBase64(%q) = %d, %x, %v; encoding/base64 gives %d, %x, %v", src, n, got[:n], err, wn, want[:wn], werr)
-		}
-	})
 }

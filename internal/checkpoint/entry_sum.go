@@ -12,41 +12,22 @@ import (
 // for the last low byte the piece was hashed after: when what comes before it is what it was
 // in the previous write (or only its low byte is), the piece costs one multiply instead of a
 // pass over its text.
-//
-// A piece read from a file comes with the states before and after its text (seen), which the
-// reader records without working out mul: that costs a pass over the text, and is left to the
-// first checksum that uses the piece.
 type cachedSum struct {
 	mul  atomic.Uint32 // p^len(text), stored before last; 0 (no power of p) until then
 	last atomic.Uint64 // sumKnown | low byte << 32 | add, or 0
-	// seen is h0 | h << 32 from the reader's hash, valid once hasSeen is set.
-	seen    atomic.Uint64
-	hasSeen atomic.Bool
 }
 
 const sumKnown = 1 << 40
 
 // applied folds the piece's text into s from the memo, and reports whether the memo held s's
-// low byte. When it did not, the caller hashes the text and calls remember. textLen, the
-// text's length, is asked for when states seen by a reader are turned into the memo.
-func (c *cachedSum) applied(s *hasher, textLen func() int) bool {
+// low byte. When it did not, the caller hashes the text and calls remember.
+func (c *cachedSum) applied(s *hasher) bool {
 	v := c.last.Load()
-	if v&sumKnown == 0 && c.hasSeen.Load() {
-		seen := c.seen.Load()
-		c.remember(uint32(seen), uint32(seen>>32), textLen)
-		v = c.last.Load()
-	}
 	if v&sumKnown == 0 || uint8(v>>32) != uint8(s.h) {
 		return false
 	}
 	s.h = c.mul.Load()*s.h + uint32(v)
 	return true
-}
-
-// saw records that a reader's hashing of the piece's text took the state from h0 to h.
-func (c *cachedSum) saw(h0, h uint32) {
-	c.seen.Store(uint64(h0) | uint64(h)<<32)
-	c.hasSeen.Store(true)
 }
 
 // remember records that hashing the piece's text took the state from h0 to h. textLen, the

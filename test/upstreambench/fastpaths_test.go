@@ -24,13 +24,11 @@ const FastPathsEnv = "UPSTREAMBENCH_FASTPATHS_OFF"
 
 // fastPathBits are checkpoint's bits of fastPathsOff, by the names FastPathsEnv takes:
 //   - spare: every write through a new temporary file, not the spare and a name exchange;
-//   - delta: the spare rewritten whole, not from the first entry that differs;
-//   - base64: AllocResp through encoding/base64, not the tables;
-//   - summed: a large file parsed, then hashed, not hashed while it is parsed.
-var fastPathBits = map[string]uint32{"spare": 1 << 0, "delta": 1 << 1, "base64": 1 << 2, "summed": 1 << 3}
+//   - delta: the spare rewritten whole, not from the first entry that differs.
+var fastPathBits = map[string]uint32{"spare": 1 << 0, "delta": 1 << 1}
 
 // FastPaths are the names fastPathBits knows, in the order the table lists them.
-var FastPaths = []string{"spare", "delta", "base64", "summed"}
+var FastPaths = []string{"spare", "delta"}
 
 // setFastPathsOff turns off the fast paths FastPathsEnv names; TestMain calls it before
 // anything of package checkpoint runs.

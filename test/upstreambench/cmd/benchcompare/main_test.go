@@ -137,14 +137,14 @@ func TestFloorFor(t *testing.T) {
 }
 
 func TestFastPathTable(t *testing.T) {
-	rs := map[string]*rounds{"": newRounds(), "spare": newRounds(), "base64": newRounds(), controlVariant: newRounds()}
+	rs := map[string]*rounds{"": newRounds(), "spare": newRounds(), "delta": newRounds(), controlVariant: newRounds()}
 	for _, ns := range []float64{100, 200} {
 		rs[""].add([]result{r("A/kdm", ns)})
 		rs["spare"].add([]result{r("A/kdm", ns*1.5)})
-		rs["base64"].add([]result{r("A/kdm", ns*1.02)})
+		rs["delta"].add([]result{r("A/kdm", ns*1.02)})
 		rs[controlVariant].add([]result{r("A/kdm", ns*0.88)})
 	}
-	got := fastPathTable(rs, []string{"spare", "base64"})
+	got := fastPathTable(rs, []string{"spare", "delta"})
 	want := "| A | 150 ns | **225 ns (+50%)** | 153 ns (+2%) | **132 ns (-12%)** |"
 	if !strings.Contains(got, want) {
 		t.Errorf("fastPathTable lacks %q:\n%s", want, got)
