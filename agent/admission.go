@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // watchManifests keeps the agent's pods in step with the manifest directory: at start, on
@@ -315,7 +317,7 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 		}
 	}
 	for _, c := range allContainers(pod) {
-		opts, err := a.manager.GetDeviceRunContainerOptions(ctx, pod, c.container)
+		opts, err := a.admittedRunOptions(ctx, pod, c.container)
 		if err != nil {
 			log.Error(err, "Failed to get device run options", "containerName", c.container.Name)
 		}
@@ -333,6 +335,17 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 	log.Info("Pod admitted")
 	a.admissionResults.WithLabelValues(admissionAdmitted).Inc()
 	a.record(pod, result)
+}
+
+// admittedRunOptions are the container's device run options as its result records them. With a
+// container runtime the plugins' PreStartContainer comes just before each container starts
+// (containerRoom.runOptions), not here; without one, admission is as close to a start as kdm
+// gets, so it is called now.
+func (a *Agent) admittedRunOptions(ctx context.Context, pod *v1.Pod, c *v1.Container) (*devicemanager.RunContainerOptions, error) {
+	if a.containers != nil {
+		return a.manager.ContainerRunOptions(string(pod.UID), c.Name), nil
+	}
+	return a.manager.GetDeviceRunContainerOptions(ctx, pod, c)
 }
 
 // release forgets a removed pod: its devices return to the pool and its result file goes.

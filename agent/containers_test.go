@@ -3,14 +3,20 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent/internal/apitest"
+	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/internal/containerdtest"
 )
 
@@ -80,4 +86,54 @@ func runningContainer(t *testing.T, rt cri.RuntimeServiceClient, uid types.UID) 
 		return ""
 	}
 	return resp.Containers[0].Id
+}
+
+// TestPreStartBeforeEachContainerStart: with a container runtime, a plugin that asks for
+// PreStartContainer gets it before each start of the container, restarts included, and not at
+// admission: as many calls as starts.
+func TestPreStartBeforeEachContainerStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a containerd; run without -short")
+	}
+	ctd := containerdtest.Start(t)
+	probe, sandbox := containerdtest.ImportProbe(t, ctd)
+	f := newFixture(t)
+	a, _ := f.runWith(Config{PodManifestPath: f.pods, ContainerRuntimeEndpoint: ctd.Endpoint(), SandboxImage: sandbox})
+	plugin, err := plugintest.New(deviceplugin.Config{ResourceName: "example.com/gpu", PluginDir: f.plugins,
+		Devices: []*pluginapi.Device{{ID: "g0", Health: pluginapi.Healthy}},
+		Options: &pluginapi.DevicePluginOptions{PreStartRequired: true},
+		Logger:  ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1)))}, plugintest.RecordRequests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plugin.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plugin.Stop)
+	f.waitFor(a, "1 device", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 1 })
+
+	// The container exits 1 at once: restarted at once, then held in the crash back-off (10 s).
+	body := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crashing\nspec:\n  containers:\n  - name: main\n    image: " + probe +
+		"\n    env:\n    - name: PROBE_EXIT\n      value: \"1\"\n    resources:\n      limits:\n        example.com/gpu: 1\n"
+	if err := os.WriteFile(filepath.Join(f.pods, "crashing.yaml"), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := f.waitFor(a, "crashing restarted once and backing off", func(st NodeStatus) bool {
+		p := phase(st, "crashing")
+		if p == nil || p.Runtime == nil || len(p.Runtime.ContainerStatuses) != 1 {
+			return false
+		}
+		cs := p.Runtime.ContainerStatuses[0]
+		return cs.RestartCount == 1 && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
+	})
+	starts := int(phase(st, "crashing").Runtime.ContainerStatuses[0].RestartCount) + 1
+	calls := plugin.Calls().PreStart
+	if len(calls) != starts {
+		t.Fatalf("PreStartContainer was called %d times for %d starts of the container; want one call per start", len(calls), starts)
+	}
+	for _, c := range calls {
+		if len(c.DevicesIds) != 1 || c.DevicesIds[0] != "g0" {
+			t.Errorf("PreStartContainer for %v; want [g0]", c.DevicesIds)
+		}
+	}
 }

@@ -80,6 +80,17 @@ func (m *Manager) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.Pod,
 	return m.runOptionsLocked(podUID, container.Name), nil
 }
 
+// ContainerRunOptions returns the run options of the container's devices as they are assigned
+// now, calling no plugin: what GetDeviceRunContainerOptions returns once its PreStartContainer
+// calls are done. An agent that runs containers records these at admission and leaves
+// GetDeviceRunContainerOptions, with its PreStartContainer, to the moment each container is
+// created. Nil when the container holds no devices.
+func (m *Manager) ContainerRunOptions(podUID, containerName string) *RunContainerOptions {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runOptionsLocked(podUID, containerName)
+}
+
 func (m *Manager) isActive(podUID string) bool {
 	m.mu.Lock()
 	active := m.sources.ActivePods
