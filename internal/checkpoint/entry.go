@@ -280,7 +280,7 @@ func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow fun
 			hashing(e.encoded())
 			h0 := s.h
 			s.entry(&e.PodDevicesEntry)
-			e.sum.remember(h0, s.h, textLen)
+			e.sum.remember(h0, s.h, textLen, false)
 		}
 	})
 	s.frag(s.t.reg)
@@ -299,7 +299,7 @@ func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow fun
 				s.str(r.Resource)
 				s.char(':')
 				s.strList(r.IDs)
-				r.sum.remember(h0, s.h, textLen)
+				r.sum.remember(h0, s.h, textLen, len(r.encoded().json) >= wideSumBytes)
 			}
 		}
 		s.char(']')

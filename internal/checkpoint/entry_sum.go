@@ -12,33 +12,92 @@ import (
 // for the last low byte the piece was hashed after: when what comes before it is what it was
 // in the previous write (or only its low byte is), the piece costs one multiply instead of a
 // pass over its text.
+//
+// A large piece that stays while what comes before it changes (the registered devices of a
+// large plugin, after entries that change at every admission) also gets, once it is hashed
+// after a second low byte, a table of add for every low byte it is hashed after (sumTable):
+// a write hashes its text again only after a low byte it has not been seen after, at most
+// 256 times in its life, and otherwise costs one multiply.
 type cachedSum struct {
 	mul  atomic.Uint32 // p^len(text), stored before last; 0 (no power of p) until then
 	last atomic.Uint64 // sumKnown | low byte << 32 | add, or 0
+	wide atomic.Pointer[sumTable]
 }
 
 const sumKnown = 1 << 40
 
+// wideSumBytes is the JSON size from which a Registered pair gets a sumTable (1 KiB): hashing
+// that much text afresh costs tens of microseconds.
+const wideSumBytes = 16 << 10
+
+// sumTable holds a piece's add for each low byte it was hashed after. A slot is written
+// before its bit is set, so a reader that sees the bit sees the slot.
+type sumTable struct {
+	known [4]atomic.Uint64 // bit l of the 256 says that add[l] is set
+	add   [256]atomic.Uint32
+}
+
+func (t *sumTable) get(l uint8) (add uint32, ok bool) {
+	if t.known[l>>6].Load()&(1<<(l&63)) == 0 {
+		return 0, false
+	}
+	return t.add[l].Load(), true
+}
+
+func (t *sumTable) set(l uint8, add uint32) {
+	t.add[l].Store(add)
+	t.known[l>>6].Or(1 << (l & 63))
+}
+
 // applied folds the piece's text into s from the memo, and reports whether the memo held s's
 // low byte. When it did not, the caller hashes the text and calls remember.
 func (c *cachedSum) applied(s *hasher) bool {
-	v := c.last.Load()
-	if v&sumKnown == 0 || uint8(v>>32) != uint8(s.h) {
+	add, ok := c.lookup(uint8(s.h))
+	if !ok {
 		return false
 	}
-	s.h = c.mul.Load()*s.h + uint32(v)
+	s.h = c.mul.Load()*s.h + add
 	return true
 }
 
+// lookup returns the piece's add after low byte l, if the memo holds it.
+func (c *cachedSum) lookup(l uint8) (uint32, bool) {
+	if v := c.last.Load(); v&sumKnown != 0 && uint8(v>>32) == l {
+		return uint32(v), true
+	}
+	if t := c.wide.Load(); t != nil {
+		return t.get(l)
+	}
+	return 0, false
+}
+
 // remember records that hashing the piece's text took the state from h0 to h. textLen, the
-// text's length, is asked for the first time only.
-func (c *cachedSum) remember(h0, h uint32, textLen func() int) {
+// text's length, is asked for the first time only. With wide, a piece hashed after a second
+// low byte gets a sumTable, which keeps this and every later one.
+func (c *cachedSum) remember(h0, h uint32, textLen func() int, wide bool) {
 	mul := c.mul.Load()
 	if mul == 0 {
 		mul = pow32(fnvPrime32, textLen())
 		c.mul.Store(mul)
 	}
-	c.last.Store(sumKnown | uint64(uint8(h0))<<32 | uint64(h-mul*h0))
+	prev := c.last.Load()
+	add := h - mul*h0
+	c.last.Store(sumKnown | uint64(uint8(h0))<<32 | uint64(add))
+	if !wide {
+		return
+	}
+	t := c.wide.Load()
+	if t == nil {
+		if prev&sumKnown == 0 {
+			return // hashed once: a table only pays for a piece hashed again
+		}
+		t = new(sumTable)
+		t.set(uint8(prev>>32), uint32(prev))
+		if !c.wide.CompareAndSwap(nil, t) {
+			t = c.wide.Load()
+		}
+	}
+	t.set(uint8(h0), add)
 }
 
 // entryTextLen returns the length of e's ENTRY text (what hasher.entry emits).

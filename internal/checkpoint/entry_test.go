@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 )
 
@@ -273,5 +274,57 @@ func TestWritePrepared(t *testing.T) {
 	}
 	if err := s.WritePrepared(nil); err != nil {
 		t.Errorf("WritePrepared(nil): %v", err)
+	}
+}
+
+// TestLargeRegisteredPairRemembersEachLowByte: a registered pair of wideSumBytes or more, written
+// after entries that change, keeps its part of the checksum for every low byte of the state it
+// followed, not only the last, so that a later write after any of them does not hash its text
+// again; every file stays Encode's.
+func TestLargeRegisteredPairRemembersEachLowByte(t *testing.T) {
+	ids := make([]string, 3000)
+	for i := range ids {
+		ids[i] = "large-device-" + strconv.Itoa(i)
+	}
+	reg := NewRegistered("example.com/large", ids)
+	if n := len(reg.encoded().json); n < wideSumBytes {
+		t.Fatalf("the pair's JSON has %d bytes, want %d or more", n, wideSumBytes)
+	}
+	// before is the state the pair follows in a file of entries and the pair alone.
+	before := func(entries []*Entry) uint32 {
+		s := newHasher(false)
+		s.frag(s.t.head)
+		s.entries(false, len(entries), func(i int) { s.entry(&entries[i].PodDevicesEntry) })
+		s.frag(s.t.reg)
+		s.frag(s.t.mapOpen)
+		return s.h
+	}
+	seen := map[uint8]uint32{}
+	for i := 0; len(seen) < 12; i++ {
+		p := &Prepared{Entries: []*Entry{NewEntry(PodDevicesEntry{PodUID: "pod-" + strconv.Itoa(i), ContainerName: "app",
+			ResourceName: "example.com/gpu", DeviceIDs: DevicesPerNUMA{0: {"gpu-0"}}, AllocResp: []byte{1, 2, 3}})}, Registered: []*Registered{reg}}
+		got, err := EncodePrepared(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := encodeTB(t, p.Data()); !bytes.Equal(got, want) {
+			t.Fatalf("write %d: EncodePrepared differs from Encode", i)
+		}
+		h := before(p.Entries)
+		seen[uint8(h)] = h
+	}
+	for l, h := range seen {
+		s := hasher{t: hashTablesOnce(), h: h}
+		if !reg.sum.applied(&s) {
+			t.Errorf("the pair's part after low byte %#x was forgotten", l)
+			continue
+		}
+		want := hasher{t: s.t, h: h}
+		want.str(reg.Resource)
+		want.char(':')
+		want.strList(reg.IDs)
+		if s.h != want.h {
+			t.Errorf("after state %#x the remembered part gives %#x, hashing the text %#x", h, s.h, want.h)
+		}
 	}
 }
