@@ -228,8 +228,12 @@ func (a *Agent) untrack(uid types.UID) {
 		ad.cancel()
 	}
 	a.mu.Unlock()
-	if ok {
-		a.removePod(pod)
+	switch {
+	case !ok:
+	case a.containers != nil:
+		a.containers.stop(pod) // its devices go once its containers are gone
+	default:
+		a.release(pod)
 	}
 }
 
@@ -317,9 +321,16 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 		}
 	}
 	for _, c := range allContainers(pod) {
-		opts, err := a.admittedRunOptions(ctx, pod, c.container)
-		if err != nil {
-			log.Error(err, "Failed to get device run options", "containerName", c.container.Name)
+		// With a container runtime, PreStartContainer comes just before each start
+		// (containerRoom.runOptions); without one, admission is as close to a start as it gets.
+		var opts *devicemanager.RunContainerOptions
+		if a.containers != nil {
+			opts = a.manager.ContainerRunOptions(string(pod.UID), c.container.Name)
+		} else {
+			var err error
+			if opts, err = a.manager.GetDeviceRunContainerOptions(ctx, pod, c.container); err != nil {
+				log.Error(err, "Failed to get device run options", "containerName", c.container.Name)
+			}
 		}
 		result.Containers = append(result.Containers, ContainerResult{
 			Name: c.container.Name, Init: c.init, Sidecar: c.sidecar, RunOptions: opts,
@@ -335,17 +346,6 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 	log.Info("Pod admitted")
 	a.admissionResults.WithLabelValues(admissionAdmitted).Inc()
 	a.record(pod, result)
-}
-
-// admittedRunOptions are the container's device run options as its result records them. With a
-// container runtime the plugins' PreStartContainer comes just before each container starts
-// (containerRoom.runOptions), not here; without one, admission is as close to a start as kdm
-// gets, so it is called now.
-func (a *Agent) admittedRunOptions(ctx context.Context, pod *v1.Pod, c *v1.Container) (*devicemanager.RunContainerOptions, error) {
-	if a.containers != nil {
-		return a.manager.ContainerRunOptions(string(pod.UID), c.Name), nil
-	}
-	return a.manager.GetDeviceRunContainerOptions(ctx, pod, c)
 }
 
 // release forgets a removed pod: its devices return to the pool and its result file goes.

@@ -94,14 +94,15 @@ func (c *containerRoom) pods() []*v1.Pod {
 }
 
 // runOptions gives a container's devices just before it is created: the device manager calls
-// the plugin's PreStartContainer here when the plugin asks for it.
+// the plugin's PreStartContainer here when the plugin asks for it (and not at admission, which
+// records the options through Manager.ContainerRunOptions).
 func (c *containerRoom) runOptions(ctx context.Context, pod *v1.Pod, ctr *v1.Container) (*devicemanager.RunContainerOptions, error) {
 	return c.a.manager.GetDeviceRunContainerOptions(ctx, pod, ctr)
 }
 
 // onStatus records the runtime's view of a pod in its result.
 func (c *containerRoom) onStatus(uid types.UID, s podruntime.PodStatus) {
-	c.a.recordRuntime(uid, &RuntimeStatus{ContainersRun: true, Phase: s.Phase, Message: s.Message,
+	c.record(uid, &RuntimeStatus{ContainersRun: true, Phase: s.Phase, Message: s.Message,
 		SandboxID: s.SandboxID, InitContainerStatuses: s.InitContainerStatuses, ContainerStatuses: s.ContainerStatuses})
 }
 
@@ -149,8 +150,12 @@ func (c *containerRoom) stoppingPods() []*v1.Pod {
 	return out
 }
 
-// info says what runs, for /status and the page.
+// info says what runs, for /status and the page; a nil room (no runtime) says that nothing
+// does.
 func (c *containerRoom) info() RuntimeInfo {
+	if c == nil {
+		return RuntimeInfo{Message: NoContainersMessage}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	msg := "admitted pods run as containers through " + c.endpoint
@@ -160,26 +165,9 @@ func (c *containerRoom) info() RuntimeInfo {
 	return RuntimeInfo{ContainersRun: true, Endpoint: c.endpoint, Name: c.name, Version: c.version, Message: msg}
 }
 
-// runtimeInfo says whether kdm runs containers, and through which runtime.
-func (a *Agent) runtimeInfo() RuntimeInfo {
-	if a.containers == nil {
-		return RuntimeInfo{Message: NoContainersMessage}
-	}
-	return a.containers.info()
-}
-
-// removePod forgets a pod its source removed: without a runtime its devices are released at
-// once; with one, once its containers and sandbox are gone.
-func (a *Agent) removePod(pod *v1.Pod) {
-	if a.containers == nil {
-		a.release(pod)
-		return
-	}
-	a.containers.stop(pod)
-}
-
-// recordRuntime writes the runtime's view of a pod into its result and publishes it.
-func (a *Agent) recordRuntime(uid types.UID, s *RuntimeStatus) {
+// record writes the runtime's view of a pod into its result and publishes it.
+func (c *containerRoom) record(uid types.UID, s *RuntimeStatus) {
+	a := c.a
 	a.mu.Lock()
 	prev := a.results[uid]
 	pod, tracked := a.pods[uid]

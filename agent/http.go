@@ -149,7 +149,7 @@ const httpShutdownTimeout = 5 * time.Second
 func (a *Agent) Status() NodeStatus {
 	c, al, removed := a.manager.GetCapacity()
 	st := NodeStatus{Capacity: map[string]int64{}, Allocatable: map[string]int64{}, Removed: removed,
-		Runtime: a.runtimeInfo()}
+		Runtime: a.containers.info()}
 	for name, q := range c {
 		st.Capacity[string(name)] = q.Value()
 	}

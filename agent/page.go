@@ -149,7 +149,7 @@ func (a *Agent) PageState() PageState {
 	now := a.clock.Now()
 	st := PageState{Node: a.cfg.NodeName, Time: now.UTC(), Policy: a.cfg.Policy.Name(),
 		GracePeriodSeconds: a.gracePeriod().Seconds(), Pods: []PagePod{}, Events: a.events.recent(),
-		Runtime: a.runtimeInfo()}
+		Runtime: a.containers.info()}
 
 	a.mu.Lock()
 	names := map[types.UID]string{}
