@@ -467,6 +467,31 @@ func TestContainerRuntimeSurvivesRestarts(t *testing.T) {
 		t.Errorf("the runtime holds %d sandboxes; want only steady's", n)
 	}
 
+	// kdm killed while a deleted pod's container stops (2 s): after the restart the pod is
+	// gone from the sources, its container still runs, and its GPUs stay held until it exited.
+	rn.writeProbePod("stopping", "Always", probeContainer{name: "main", gpus: 6, termDelay: 2 * time.Second})
+	rn.eventually("stopping running", running("stopping"))
+	rn.deletePod("stopping")
+	time.Sleep(500 * time.Millisecond) // kdm sees the deletion and starts the stop (either way, the restart must hold)
+	kdm.kill()
+	kdm = rn.startKdm()
+	rn.eventually("kdm serving after the kill", func(agent.NodeStatus) bool { return true })
+	for {
+		free := rn.freeGPUs()
+		c := rn.containersOf("stopping")["main"]
+		if c == nil {
+			break
+		}
+		if c.State == cri.ContainerState_CONTAINER_RUNNING && free != 0 {
+			t.Fatalf("after a restart, the deleted pod's container still runs, yet %d GPUs are free; want 0 (it holds 6 of the 8, steady 2)", free)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rn.eventually("the deleted pod gone from every view", func(st agent.NodeStatus) bool { return pod(st, "stopping") == nil })
+	if free := rn.freeGPUs(); free != 6 {
+		t.Errorf("%d GPUs free once the deleted pod's container is gone; want 6 (steady holds 2)", free)
+	}
+
 	plugin.kill()
 	rn.startGPUPlugin()
 	rn.eventually("the plugin back", func(st agent.NodeStatus) bool { return st.Capacity["nvidia.com/gpu"] == 8 })
