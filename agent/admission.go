@@ -5,133 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
-	"time"
 
-	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kdm-project/kdm/devicemanager"
 )
-
-// watchManifests keeps the agent's pods in step with the manifest directory: at start, on
-// every file event and every ResyncPeriod. After the first pass every pod of the directory
-// has been admitted, and the source reports ready through sourceReady. A directory that does
-// not exist is never created: it is logged and watched until it appears (see manifestDir). New
-// content that may still be in the writing, or that would replace a running pod before it has
-// settled, is read again when it may be judged instead of being admitted or reported (see
-// manifestSource.hold).
-func (a *Agent) watchManifests(ctx context.Context, sourceReady func()) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Close() }()
-	dir := &manifestDir{path: a.cfg.PodManifestPath, w: w, log: a.log}
-	// The sources count as ready once the first listing's pods that ran before a restart are
-	// admitted again (they keep their devices through the manager's bypass only until then), or
-	// wait for their plugin. New pods and waiting pods hold up nothing. A missing directory
-	// counts as an empty one.
-	src := newManifestSource(dir.path)
-	src.now = a.clock.Now
-	src.known = a.restoredUnseen
-	src.restored = a.restoredByName()
-	retry := a.clock.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
-	sync := func() []<-chan struct{} {
-		if !dir.check() {
-			return nil
-		}
-		settled := a.syncManifests(ctx, src)
-		if d := src.retryIn(); d > 0 {
-			retry.Reset(d)
-		}
-		return settled
-	}
-	// The first listing waits out files held back as still being written (for at most
-	// manifestWriterWait): a pod that ran before a restart and whose file is being rewritten
-	// must not count as gone when the sources become ready.
-	firstUntil := a.clock.Now().Add(manifestWriterWait)
-	for {
-		for _, settled := range sync() {
-			select {
-			case <-settled:
-			case <-ctx.Done():
-				return nil
-			}
-		}
-		if src.retryIn() == 0 || !a.clock.Now().Before(firstUntil) {
-			break
-		}
-		select {
-		case <-retry.C():
-		case <-w.Events:
-			if !dir.waitBurst(ctx, a.clock) {
-				return nil
-			}
-		case <-ctx.Done():
-			return nil
-		}
-	}
-	sourceReady()
-	resync := a.clock.NewTimer(a.cfg.ResyncPeriod)
-	defer resync.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.Events:
-			if !dir.waitBurst(ctx, a.clock) {
-				return nil
-			}
-			_ = sync()
-		case err := <-w.Errors:
-			a.log.Error(err, "Pod manifest watch error", "path", dir.path)
-		case <-retry.C():
-			_ = sync()
-		case <-resync.C():
-			resync.Reset(a.cfg.ResyncPeriod)
-			_ = sync()
-		}
-	}
-}
-
-// syncManifests admits pods that appeared and releases pods whose file is gone or now holds
-// another pod. A file that cannot be read changes nothing: the pod of its last good version
-// stays. Problems are logged once per version of a file. Pods admitted by an earlier run go
-// first. It returns, for each of those, a channel closed once its admission is over or waits
-// for a device plugin.
-func (a *Agent) syncManifests(ctx context.Context, src *manifestSource) []<-chan struct{} {
-	current, problems, err := src.scan()
-	for _, p := range problems {
-		a.log.Error(p, "Skipped pod manifest; the pod of its last readable version, if any, stays")
-	}
-	if err != nil {
-		a.log.Error(err, "Failed to list pod manifests; nothing changes", "path", src.dir)
-		return nil
-	}
-	// Removed pods release their devices before new pods are admitted.
-	for _, uid := range a.trackedUIDs(sourceManifests) {
-		if _, ok := current[uid]; !ok {
-			a.untrack(uid)
-		}
-	}
-	var restarted []<-chan struct{}
-	ordered := sortedPods(current)
-	sort.SliceStable(ordered, func(i, j int) bool {
-		return a.admittedBefore(ordered[i].pod.UID) && !a.admittedBefore(ordered[j].pod.UID)
-	})
-	for _, mp := range ordered {
-		before := a.admittedBefore(mp.pod.UID)
-		if settled, ok := a.trackManifest(ctx, mp); ok && before {
-			restarted = append(restarted, settled)
-		}
-	}
-	return restarted
-}
 
 // dropStaleResults forgets the results of pods that ran before a restart but are no longer in
 // the source: their manifests went away while the agent was down.

@@ -201,7 +201,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var sources []podSource
 	if a.cfg.PodManifestPath != "" {
-		sources = append(sources, podSource{"pod manifests", a.watchManifests})
+		sources = append(sources, podSource{"pod manifests", manifestPods{a}.watchManifests})
 	}
 	if a.kube != nil {
 		sources = append(sources, podSource{"pods from the API server", a.kube.run})

@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent/internal/apitest"
+	"github.com/kdm-project/kdm/agent/manifests"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
@@ -196,7 +197,7 @@ func TestBadManifestIsSkipped(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.pods, "bad.yaml"), []byte("kind: Service\nmetadata: {name: x}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pods, errs := readManifests(f.pods)
+	pods, errs := manifests.Read(f.pods)
 	if len(pods) != 0 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "bad.yaml") || !strings.Contains(errs[0].Error(), `kind is "Service"`) {
 		t.Fatalf("bad manifest: pods %v errs %v", pods, errs)
 	}

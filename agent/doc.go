@@ -2,8 +2,8 @@
 // source and admission, and serves /healthz, /livez, /readyz, /metrics and /status over HTTP.
 //
 // The pod source is a directory of pod manifests (YAML or JSON, one pod per file, like the
-// kubelet's static pod path), read at start, on every file event and every ten seconds. A new
-// pod is admitted — devices are allocated to its init containers, then its app containers —
+// kubelet's static pod path; package manifests), read at start, on every file event and every
+// ten seconds. A new pod is admitted — devices are allocated to its init containers, then its app containers —
 // and the outcome, with each container's device run options and device health, is written to
 // <root-dir>/kdm/pods/<namespace>_<name>_<uid>.json (Config.PodResultsDir). A pod whose allocation fails is rejected with
 // the kubelet's reason (UnexpectedAdmissionError) and message ("Allocate failed due to …,

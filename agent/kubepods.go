@@ -105,7 +105,7 @@ func (s *kubePodSource) run(ctx context.Context, sourceReady func()) error {
 		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
 	})
 	// Pods admitted by an earlier run go first; the source is ready once their admissions
-	// are over or wait for a device plugin (see Agent.syncManifests).
+	// are over or wait for a device plugin (see manifests.Watch).
 	var restarted []<-chan struct{}
 	for _, pod := range s.a.runningFirst(pods) {
 		if !isActive(pod) {

@@ -1,76 +1,78 @@
 package agent
 
 import (
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
+	"github.com/kdm-project/kdm/agent/manifests"
 )
 
-// FuzzManifest feeds arbitrary bytes to the manifest decoder and the validator. Neither may
-// panic, and a pod they accept must be safe to admit: every device count a whole number in
-// [0, maxDeviceCount], requests equal to limits, a UID usable as a file name, and a result
-// file inside the pods directory. Seeds live in testdata/fuzz/FuzzManifest.
-func FuzzManifest(f *testing.F) {
+// FuzzManifestResult feeds arbitrary bytes, and the seeds of the manifest package's
+// FuzzManifest (manifests/testdata/fuzz/FuzzManifest), to the manifest decoder and validator.
+// A pod they accept must be safe for the agent to record and admit: its result file lies
+// inside the pods directory, and every extended resource it limits is a device request of
+// exactly that count.
+func FuzzManifestResult(f *testing.F) {
 	f.Add([]byte(manifestBody("a", "uid-a", 1)))
 	f.Add([]byte("{\"kind\":\"Pod\",\"metadata\":{\"name\":\"j\"},\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{\"x.io/d\":\"0.5\"}}}]}}"))
+	for _, seed := range manifestSeeds(f) {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		pod, err := decodeManifest(data)
-		if err != nil {
-			if err.Error() == "" {
-				t.Fatal("empty decode error")
-			}
+		pod, err := manifests.Decode(data)
+		if err != nil || manifests.Validate(pod) != nil {
 			return
-		}
-		if err := validatePod(pod); err != nil {
-			if err.Error() == "" {
-				t.Fatal("empty validation error")
-			}
-			return
-		}
-		if msg := checkUID(string(pod.UID)); msg != "" {
-			t.Fatalf("valid pod with UID %q: %s", pod.UID, msg)
 		}
 		dir := "/var/lib/kdm/pods"
 		if p := resultPath(dir, pod); filepath.Dir(p) != dir {
 			t.Fatalf("result path %s escapes %s", p, dir)
 		}
 		for _, c := range allContainers(pod) {
-			r := c.container.Resources
-			for name, q := range r.Limits {
-				if !isDomainResource(name) {
+			for name, q := range c.container.Resources.Limits {
+				// The names Validate checks as device resources: domain-qualified outside
+				// kubernetes.io, no quota prefix.
+				s := string(name)
+				if !strings.Contains(s, "/") || strings.Contains(s, "kubernetes.io/") || strings.HasPrefix(s, "requests.") {
 					continue
 				}
-				n, ok := q.AsInt64()
-				if !ok || n < 0 || n > maxDeviceCount || q.MilliValue() != n*1000 {
-					t.Fatalf("container %s: %s limit %s is not a device count", c.container.Name, name, q.String())
-				}
-				if got := deviceRequests(c.container)[string(name)]; got != n {
-					t.Fatalf("deviceRequests says %d for %s, limit %d", got, name, n)
-				}
-				if req, ok := r.Requests[name]; ok && req.Cmp(q) != 0 {
-					t.Fatalf("container %s: %s request %s differs from limit %s", c.container.Name, name, req.String(), q.String())
-				}
-			}
-			for name := range r.Requests {
-				if _, ok := r.Limits[name]; isDomainResource(name) && !ok {
-					t.Fatalf("container %s: %s requested without a limit", c.container.Name, name)
-				}
-			}
-		}
-		for _, list := range []v1.ResourceList{podLevel(pod).Limits, podLevel(pod).Requests} {
-			for name := range list {
-				if isDomainResource(name) {
-					t.Fatalf("pod-level %s accepted", name)
+				n, _ := q.AsInt64()
+				if got, ok := deviceRequests(c.container)[s]; !ok || got != n {
+					t.Fatalf("deviceRequests says %d (listed %v) for %s, limit %d", got, ok, name, n)
 				}
 			}
 		}
 	})
 }
 
-func podLevel(pod *v1.Pod) v1.ResourceRequirements {
-	if pod.Spec.Resources == nil {
-		return v1.ResourceRequirements{}
+// manifestSeeds reads the seed corpus of the manifest package's FuzzManifest: files of the
+// form "go test fuzz v1" followed by one []byte("...") line.
+func manifestSeeds(f *testing.F) [][]byte {
+	f.Helper()
+	dir := filepath.Join("manifests", "testdata", "fuzz", "FuzzManifest")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		f.Fatal(err)
 	}
-	return *pod.Spec.Resources
+	var seeds [][]byte
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			f.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if len(lines) != 2 || lines[0] != "go test fuzz v1" {
+			f.Fatalf("%s: not a one-value fuzz corpus file", e.Name())
+		}
+		quoted, ok := strings.CutPrefix(lines[1], "[]byte(")
+		quoted, ok2 := strings.CutSuffix(quoted, ")")
+		value, err := strconv.Unquote(quoted)
+		if !ok || !ok2 || err != nil {
+			f.Fatalf("%s: cannot read %q: %v", e.Name(), lines[1], err)
+		}
+		seeds = append(seeds, []byte(value))
+	}
+	return seeds
 }

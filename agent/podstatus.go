@@ -33,6 +33,10 @@ const (
 // failed.
 const ReasonUnexpectedAdmissionError = "UnexpectedAdmissionError"
 
+// ReasonInvalidPod is the reason recorded for a pod that fails validation (manifests.Validate).
+// Such a pod is rejected before admission: it never reaches Allocate and holds no device.
+const ReasonInvalidPod = "InvalidPod"
+
 // PodResult is what the agent writes to <root-dir>/kdm/pods/<namespace>_<name>_<uid>.json for each
 // pod: the admission outcome and, per container, the device run options and device health. Its
 // JSON form is the versioned schema of docs/pod-results.md (MarshalJSON); UnmarshalJSON also
@@ -286,6 +290,13 @@ func deviceRequests(c *v1.Container) map[string]int64 {
 // isExtendedResource reports whether name is a resource a device plugin may serve, by the
 // kubelet's rule (resourcename.IsExtended).
 func isExtendedResource(name v1.ResourceName) bool { return resourcename.IsExtended(string(name)) }
+
+// IsExtendedResourceName reports whether name is an extended resource name, the kubelet's rule
+// (resourcename.IsExtended): domain-qualified outside the kubernetes.io domains, not a quota
+// "requests." name, and a valid qualified name. Device-plugin resources are.
+func IsExtendedResourceName(name v1.ResourceName) bool {
+	return resourcename.IsExtended(string(name))
+}
 
 // allocationsOf converts checkpoint entries to the result's form.
 func allocationsOf(entries []checkpoint.PodDevicesEntry) []Allocation {

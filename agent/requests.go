@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"sort"
@@ -151,55 +150,6 @@ func (a *Agent) noteKept(pod *v1.Pod, warning string) {
 	updated := *r
 	updated.Warning = warning
 	a.record(pod, &updated)
-}
-
-// trackManifest hands a manifest's pod to track, or, if it failed validation, rejects it with
-// ReasonInvalidPod without admission. An invalid new version of a tracked, admitted pod does
-// not replace it: the pod stays, with a warning. After a restart, an invalid version of a pod
-// that was admitted is admitted with the admitted requests if that makes it valid.
-func (a *Agent) trackManifest(ctx context.Context, mp manifestPod) (<-chan struct{}, bool) {
-	if mp.invalid == nil {
-		return a.track(ctx, sourceManifests, mp.pod)
-	}
-	pod := mp.pod
-	prev, kept := a.settleVersion(pod, func(*v1.Pod) string { return invalidWarning(mp.invalid) })
-	if kept {
-		return nil, false
-	}
-	if admitted := resultRequests(prev); admitted != nil {
-		if kept := withRequests(pod, admitted); validatePod(kept) == nil {
-			warning := invalidWarning(mp.invalid)
-			if kept.Annotations == nil {
-				kept.Annotations = map[string]string{}
-			}
-			kept.Annotations[keptRequestsAnnotation] = warning
-			a.log.Info("Pod's manifest became invalid since its admission; admitting it with the admitted requests",
-				"pod", klog.KObj(pod), "podUID", pod.UID, "path", mp.path, "warning", warning)
-			return a.startTracking(ctx, sourceManifests, kept)
-		}
-	}
-	a.mu.Lock()
-	if _, ok := a.pods[pod.UID]; ok {
-		a.mu.Unlock()
-		return nil, false
-	}
-	a.pods[pod.UID] = pod
-	a.podSource[pod.UID] = sourceManifests
-	a.mu.Unlock()
-	result := &PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: PhaseRejected,
-		Reason: ReasonInvalidPod, Message: mp.invalid.Error()}
-	a.log.Info("Pod rejected", "pod", klog.KObj(pod), "podUID", pod.UID, "path", mp.path,
-		"reason", result.Reason, "message", result.Message)
-	a.admissionResults.WithLabelValues(admissionInvalid).Inc()
-	a.record(pod, result)
-	done := make(chan struct{})
-	close(done)
-	return done, true
-}
-
-// invalidWarning says why an admitted pod stays although its manifest's version is invalid.
-func invalidWarning(invalid error) string {
-	return fmt.Sprintf("the manifest's version of the pod is invalid (%v); kdm keeps the admitted pod and its device requests", invalid)
 }
 
 func unionKeys(a, b map[string]int64) []string {

@@ -1,4 +1,4 @@
-package agent
+package manifests
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ const manifestWriterPoll = time.Second
 type pendingContent struct {
 	hash  [32]byte
 	since time.Time // when the source first read it
-	mp    *manifestPod
+	mp    *Pod
 	err   error // why the content is no pod at all
 }
 
@@ -53,7 +53,7 @@ func (s *manifestSource) hold(path string, f *manifestFile, stamp fileStamp, pc 
 	if s.debounce <= 0 {
 		return false
 	}
-	if mp := pc.mp; mp != nil && mp.invalid == nil && s.known != nil && s.known(mp.pod.UID) {
+	if mp := pc.mp; mp != nil && mp.Invalid == nil && s.known != nil && s.known(mp.Pod.UID) {
 		return false
 	}
 	if s.holdBack(stamp) {
@@ -77,7 +77,7 @@ func (s *manifestSource) hold(path string, f *manifestFile, stamp fileStamp, pc 
 	if pc.mp == nil {
 		return false
 	}
-	if prev := s.identity(f, pc.mp.pod); prev != "" && prev != pc.mp.pod.UID {
+	if prev := s.identity(f, pc.mp.Pod); prev != "" && prev != pc.mp.Pod.UID {
 		if ready := since.Add(manifestIdentitySettle); now.Before(ready) {
 			s.retryBy(ready)
 			return true
@@ -93,7 +93,7 @@ func (s *manifestSource) hold(path string, f *manifestFile, stamp fileStamp, pc 
 // the pod). It returns "" when there is none.
 func (s *manifestSource) identity(f *manifestFile, pod *v1.Pod) types.UID {
 	if f.last != nil {
-		return f.last.pod.UID
+		return f.last.Pod.UID
 	}
 	if s.known == nil {
 		return ""
@@ -162,19 +162,4 @@ func openWriters(path string) (fileStamp, bool, error) {
 		return stamp, false, nil
 	}
 	return stamp, errors.Is(leaseErr, unix.EAGAIN), nil
-}
-
-// restoredByName lists the pods admitted before a restart by "namespace/name", for the
-// manifest source's identity rule.
-func (a *Agent) restoredByName() map[string][]types.UID {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := map[string][]types.UID{}
-	for uid, r := range a.results {
-		if r.Phase == PhaseAdmitted || r.Phase == PhasePending {
-			key := r.Namespace + "/" + r.Name
-			out[key] = append(out[key], uid)
-		}
-	}
-	return out
 }

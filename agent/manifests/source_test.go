@@ -1,4 +1,4 @@
-package agent
+package manifests
 
 import (
 	"errors"
@@ -52,7 +52,7 @@ func (s *testSource) mustScan() (map[string]types.UID, []string) {
 	}
 	byName := map[string]types.UID{}
 	for uid, mp := range pods {
-		byName[mp.pod.Name] = uid
+		byName[mp.Pod.Name] = uid
 	}
 	var msgs []string
 	for _, p := range problems {
@@ -68,7 +68,7 @@ func TestManifestLastGoodVersionStays(t *testing.T) {
 	body := manifestBody("a", "uid-a", 2)
 	s.write("a.yaml", body)
 	first, _, err := s.scan()
-	if err != nil || first["uid-a"].pod == nil {
+	if err != nil || first["uid-a"].Pod == nil {
 		t.Fatalf("first scan: %v %v", first, err)
 	}
 	pods, problems := s.mustScan()
@@ -90,7 +90,7 @@ func TestManifestLastGoodVersionStays(t *testing.T) {
 	}
 	// Written back whole, the file is its last good version again: the very same pod.
 	s.write("a.yaml", body)
-	if again, _, _ := s.scan(); again["uid-a"].pod != first["uid-a"].pod {
+	if again, _, _ := s.scan(); again["uid-a"].Pod != first["uid-a"].Pod {
 		t.Fatalf("the restored version was parsed into a new pod")
 	}
 	// Cut inside the spec, the file still parses, as an invalid version of the same pod: the
@@ -100,7 +100,7 @@ func TestManifestLastGoodVersionStays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mp, ok := all["uid-a"]; !ok || mp.invalid == nil {
+	if mp, ok := all["uid-a"]; !ok || mp.Invalid == nil {
 		t.Fatalf("half a manifest: %+v", all)
 	}
 	s.write("a.yaml", manifestBody("a", "uid-a2", 2))
@@ -218,10 +218,10 @@ func TestReadManifestFileRefusesWhatStatMissed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]string{fifo: "not a regular file", "/dev/zero": "not a regular file",
-		big: fmt.Sprintf("%d bytes, more than the %d allowed", 11<<20, MaxManifestSize)} {
+		big: fmt.Sprintf("%d bytes, more than the %d allowed", 11<<20, MaxFileSize)} {
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := readManifestFile(path, MaxManifestSize)
+			_, _, err := readManifestFile(path, MaxFileSize)
 			done <- err
 		}()
 		select {
@@ -266,22 +266,22 @@ func TestManifestInvalidPodsAreKeyed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]manifestPod{}
+	byName := map[string]Pod{}
 	for uid, mp := range pods {
-		if uid != mp.pod.UID {
-			t.Fatalf("pod keyed %s has UID %s", uid, mp.pod.UID)
+		if uid != mp.Pod.UID {
+			t.Fatalf("pod keyed %s has UID %s", uid, mp.Pod.UID)
 		}
-		byName[mp.pod.Name] = mp
+		byName[mp.Pod.Name] = mp
 	}
-	if mp := byName["half"]; mp.invalid == nil || mp.pod.UID != "uid-half" || !strings.Contains(mp.invalid.Error(), "example.com/gpu") {
+	if mp := byName["half"]; mp.Invalid == nil || mp.Pod.UID != "uid-half" || !strings.Contains(mp.Invalid.Error(), "example.com/gpu") {
 		t.Fatalf("half: %+v", mp)
 	}
 	trav := byName["trav"]
-	if trav.invalid == nil || !strings.HasPrefix(string(trav.pod.UID), "invalid-") || checkUID(string(trav.pod.UID)) != "" {
-		t.Fatalf("trav: uid %q invalid %v", trav.pod.UID, trav.invalid)
+	if trav.Invalid == nil || !strings.HasPrefix(string(trav.Pod.UID), "invalid-") || checkUID(string(trav.Pod.UID)) != "" {
+		t.Fatalf("trav: uid %q invalid %v", trav.Pod.UID, trav.Invalid)
 	}
 	again, _, _ := s.scan()
-	if _, ok := again[trav.pod.UID]; !ok {
+	if _, ok := again[trav.Pod.UID]; !ok {
 		t.Fatalf("derived key changed between scans")
 	}
 }
@@ -297,52 +297,4 @@ func TestManifestDuplicateUIDKeepsOwner(t *testing.T) {
 	if pods["a"] != "uid-a" || len(pods) != 1 || len(problems) != 1 || !strings.Contains(problems[0], "0.yaml: same pod UID uid-a") {
 		t.Fatalf("pods %v problems %v", pods, problems)
 	}
-}
-
-// TestInvalidEditKeepsAdmittedPod: a manifest edited into an invalid pod with the same UID
-// keeps the admitted pod and its device, with a warning that goes once the manifest is fixed;
-// a new invalid pod is rejected with ReasonInvalidPod and gets nothing.
-func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
-	f := newFixture(t)
-	a, _ := f.run()
-	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
-	write := func(name, body string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(f.pods, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	good := manifestBody("keep", "uid-keep", 1)
-	write("keep.yaml", good)
-	f.waitFor(a, "keep admitted", func(st NodeStatus) bool { p := phase(st, "keep"); return p != nil && p.Phase == PhaseAdmitted })
-	devices := a.Manager().GetDevices("uid-keep", "main")["example.com/gpu"]
-	if len(devices) != 1 {
-		t.Fatalf("keep holds %v", devices)
-	}
-	write("keep.yaml", strings.Replace(good, "gpu: 1", "gpu: 0.5", 1))
-	st := f.waitFor(a, "keep warned", func(st NodeStatus) bool { p := phase(st, "keep"); return p != nil && p.Warning != "" })
-	if p := phase(st, "keep"); p.Phase != PhaseAdmitted || !strings.Contains(p.Warning, "invalid") || !strings.Contains(p.Warning, "example.com/gpu") {
-		t.Fatalf("keep after the invalid edit: %+v", p)
-	}
-	if got := a.Manager().GetDevices("uid-keep", "main")["example.com/gpu"]; fmt.Sprint(got) != fmt.Sprint(devices) {
-		t.Fatalf("keep's devices changed from %v to %v", devices, got)
-	}
-	write("keep.yaml", good)
-	f.waitFor(a, "warning cleared", func(st NodeStatus) bool {
-		p := phase(st, "keep")
-		return p != nil && p.Warning == "" && p.Phase == PhaseAdmitted
-	})
-
-	write("neg.yaml", strings.Replace(manifestBody("neg", "uid-neg", 1), "gpu: 1", "gpu: -1", 1))
-	st = f.waitFor(a, "neg rejected", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == PhaseRejected })
-	if p := phase(st, "neg"); p.Reason != ReasonInvalidPod || !strings.Contains(p.Message, "limits[example.com/gpu]") {
-		t.Fatalf("neg: %+v", p)
-	}
-	if got := a.Manager().GetDevices("uid-neg", "main"); len(got) != 0 {
-		t.Fatalf("invalid pod holds %v", got)
-	}
-	// Fixed under the same UID, the pod is judged again and admitted.
-	write("neg.yaml", manifestBody("neg", "uid-neg", 1))
-	f.waitFor(a, "neg admitted once fixed", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == PhaseAdmitted })
 }

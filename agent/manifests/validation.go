@@ -1,4 +1,4 @@
-package agent
+package manifests
 
 import (
 	"fmt"
@@ -9,13 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	"github.com/kdm-project/kdm/internal/resourcename"
 )
-
-// ReasonInvalidPod is the reason recorded for a pod that fails validation. Such a pod is
-// rejected before admission: it never reaches Allocate and holds no device.
-const ReasonInvalidPod = "InvalidPod"
 
 // maxUIDLength bounds a pod UID; kdm uses the UID in file names and checkpoint keys.
 const maxUIDLength = 128
@@ -27,14 +21,14 @@ const maxDeviceCount = 1 << 31
 // maxQuantity is maxDeviceCount as a quantity.
 var maxQuantity = *resource.NewQuantity(maxDeviceCount, resource.DecimalSI)
 
-// validatePod checks the parts of a pod that device admission and kdm's files depend on, with
+// Validate checks the parts of a pod that device admission and kdm's files depend on, with
 // the API server's rules for them: the name is a DNS-1123 subdomain, the namespace a DNS-1123
 // label, the UID one safe path component; container names are unique DNS-1123 labels; every
 // extended resource of every container (init, sidecar, app) has a limit that is a whole,
 // non-negative count and a request, if any, equal to it. Extended resources are not accepted
 // at pod level or on ephemeral containers. It returns nil for a valid pod and otherwise one
 // error naming every offending field and value.
-func validatePod(pod *v1.Pod) error {
+func Validate(pod *v1.Pod) error {
 	var errs field.ErrorList
 	meta := field.NewPath("metadata")
 	for _, msg := range validation.IsDNS1123Subdomain(pod.Name) {
@@ -117,7 +111,7 @@ func validateDeviceResources(r v1.ResourceRequirements, p *field.Path) field.Err
 
 // isDomainResource reports whether name is domain-qualified outside kubernetes.io: a name a
 // pod may mean as a device resource. Validation checks such names against the kubelet's rule
-// (checkResourceName) and reports a bad one, where isExtendedResource would only not count it.
+// (checkResourceName) and reports a bad one, where resourcename.IsExtended would only not count it.
 func isDomainResource(name v1.ResourceName) bool {
 	s := string(name)
 	return strings.Contains(s, "/") && !strings.Contains(s, "kubernetes.io/") && !strings.HasPrefix(s, "requests.")
@@ -191,11 +185,4 @@ func sortedNames(list v1.ResourceList) []v1.ResourceName {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// IsExtendedResourceName reports whether name is an extended resource name, the kubelet's rule
-// (resourcename.IsExtended): domain-qualified outside the kubernetes.io domains, not a quota
-// "requests." name, and a valid qualified name. Device-plugin resources are.
-func IsExtendedResourceName(name v1.ResourceName) bool {
-	return resourcename.IsExtended(string(name))
 }

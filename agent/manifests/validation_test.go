@@ -1,4 +1,4 @@
-package agent
+package manifests
 
 import (
 	"strings"
@@ -87,7 +87,7 @@ func TestValidatePod(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validPod()
 			tc.change(p)
-			err := validatePod(p)
+			err := Validate(p)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("valid pod rejected: %v", err)
@@ -104,48 +104,8 @@ func TestValidatePod(t *testing.T) {
 func TestValidatePodMessageIsBounded(t *testing.T) {
 	p := validPod()
 	p.Name = strings.Repeat("n", 100000)
-	err := validatePod(p)
+	err := Validate(p)
 	if err == nil || len(err.Error()) > 1000 {
 		t.Fatalf("message for a 100000-byte name is %d bytes", len(err.Error()))
-	}
-}
-
-func TestRequestsWarningAndWithRequests(t *testing.T) {
-	p := validPod()
-	admitted := admittedRequestsOf(p)
-	if w := requestsWarning(admitted, p); w != "" {
-		t.Fatalf("same pod warns: %s", w)
-	}
-	changed := p.DeepCopy()
-	changed.Spec.Containers[0].Resources.Limits["example.com/gpu"] = resource.MustParse("2")
-	changed.Spec.Containers[0].Resources.Requests = v1.ResourceList{"example.com/gpu": resource.MustParse("2")}
-	w := requestsWarning(admitted, changed)
-	if !strings.Contains(w, `container "main" example.com/gpu changed from 1 to 2`) {
-		t.Fatalf("warning %q", w)
-	}
-	kept := withRequests(changed, admitted)
-	if w := requestsWarning(admitted, kept); w != "" {
-		t.Fatalf("the kept pod still differs: %s", w)
-	}
-	if err := validatePod(kept); err != nil {
-		t.Fatalf("kept pod invalid: %v", err)
-	}
-	if q := kept.Spec.Containers[0].Resources.Limits[v1.ResourceCPU]; q.String() != "500m" {
-		t.Fatalf("the CPU limit changed: %s", q.String())
-	}
-	if q := changed.Spec.Containers[0].Resources.Limits["example.com/gpu"]; q.Value() != 2 {
-		t.Fatalf("withRequests changed its input: %s", q.String())
-	}
-}
-
-func TestIsExtendedResourceName(t *testing.T) {
-	for name, want := range map[string]bool{
-		"nvidia.com/gpu": true, "example.com/gpu": true, "cpu": false, "memory": false,
-		"hugepages-2Mi": false, "kubernetes.io/foo": false, "node.kubernetes.io/x": false,
-		"requests.nvidia.com/gpu": false, "attachable-volumes-csi-x": false,
-	} {
-		if got := IsExtendedResourceName(v1.ResourceName(name)); got != want {
-			t.Errorf("IsExtendedResourceName(%q) = %v, want %v", name, got, want)
-		}
 	}
 }

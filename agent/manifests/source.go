@@ -1,4 +1,4 @@
-package agent
+package manifests
 
 import (
 	"bytes"
@@ -20,9 +20,9 @@ import (
 	"github.com/kdm-project/kdm/internal/hostfile"
 )
 
-// MaxManifestSize is the largest pod manifest kdm reads. A bigger file is skipped and counts as
+// MaxFileSize is the largest pod manifest kdm reads. A bigger file is skipped and counts as
 // unreadable: the pod of its last good version stays.
-const MaxManifestSize = 10 << 20
+const MaxFileSize = 10 << 20
 
 // manifestSettle is how long after its last modification a file's stat is not trusted to
 // reveal a further change: a file written twice within one timestamp tick keeps its size and
@@ -45,13 +45,13 @@ const manifestSettle = 2 * time.Second
 // future timestamp (touch -d) cannot hold a pod back.
 const manifestDebounce = 200 * time.Millisecond
 
-// manifestPod is a pod read from the manifest directory, with the file it came from. A pod
-// that failed validation carries the reason in invalid; if its own UID was unusable, its UID
-// is a key derived from the file's name and content.
-type manifestPod struct {
-	pod     *v1.Pod
-	path    string
-	invalid error
+// Pod is a pod read from the manifest directory, with the file it came from.
+type Pod struct {
+	Pod  *v1.Pod
+	Path string // the manifest file
+	// Invalid says why the pod failed Validate, nil for a valid pod. If its own UID was
+	// unusable, Pod's UID is a key derived from the file's name and content.
+	Invalid error
 }
 
 // manifestSource reads the manifest directory and remembers, per file, the last version that
@@ -92,10 +92,10 @@ type manifestSource struct {
 // manifestFile is what the source knows of one file.
 type manifestFile struct {
 	stat    fileStamp
-	settled bool         // stat is trusted: the file was read whole and is past manifestSettle
-	hash    [32]byte     // of the content last read
-	read    bool         // hash is set
-	last    *manifestPod // the last good version: a pod, valid or not
+	settled bool     // stat is trusted: the file was read whole and is past manifestSettle
+	hash    [32]byte // of the content last read
+	read    bool     // hash is set
+	last    *Pod     // the last good version: a pod, valid or not
 	// lastHash is the hash of last's content.
 	lastHash [32]byte
 	// pending is the newest content not judged yet (see hold), nil when there is none.
@@ -136,9 +136,9 @@ func newManifestSource(dir string) *manifestSource {
 		writers: openWriters}
 }
 
-// readManifests reads every manifest in dir once, as a fresh source's first scan does, except
+// Read reads every manifest in dir once, as a fresh source's first scan does, except
 // that no file is held back as still being written: there is no second look.
-func readManifests(dir string) (map[types.UID]manifestPod, []error) {
+func Read(dir string) (map[types.UID]Pod, []error) {
 	src := newManifestSource(dir)
 	src.debounce = 0
 	pods, problems, err := src.scan()
@@ -159,7 +159,7 @@ func isManifestName(name string) bool {
 // scan lists the directory and returns the current pods by UID: for every manifest file, its
 // last good version. problems are the issues not reported before (each names its file); err is
 // set when the directory itself cannot be listed, and then nothing is returned.
-func (s *manifestSource) scan() (map[types.UID]manifestPod, []error, error) {
+func (s *manifestSource) scan() (map[types.UID]Pod, []error, error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading pod manifest directory %s: %w", s.dir, err)
@@ -247,10 +247,10 @@ func (s *manifestSource) refresh(name string) (gone bool, problem error) {
 		return false, nil
 	}
 	s.changed(name, f, stamp)
-	if fi.Size() > MaxManifestSize {
-		return false, fmt.Errorf("pod manifest %s is %v; skipped", path, &hostfile.TooLargeError{Size: fi.Size(), Limit: MaxManifestSize})
+	if fi.Size() > MaxFileSize {
+		return false, fmt.Errorf("pod manifest %s is %v; skipped", path, &hostfile.TooLargeError{Size: fi.Size(), Limit: MaxFileSize})
 	}
-	data, ofi, err := s.read(path, MaxManifestSize)
+	data, ofi, err := s.read(path, MaxFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		delete(s.files, name)
 		delete(s.seen, name)
@@ -298,19 +298,19 @@ func decodeContent(name, path string, data []byte, hash [32]byte) *pendingConten
 		pc.err = fmt.Errorf("pod manifest %s is empty; skipped", path)
 		return pc
 	}
-	pod, err := decodeManifest(data)
+	pod, err := Decode(data)
 	if err != nil {
 		pc.err = fmt.Errorf("pod manifest %s: %w", path, err)
 		return pc
 	}
-	pc.mp = &manifestPod{pod: pod, path: path}
-	if verr := validatePod(pod); verr != nil {
-		pc.mp.invalid = verr
+	pc.mp = &Pod{Pod: pod, Path: path}
+	if verr := Validate(pod); verr != nil {
+		pc.mp.Invalid = verr
 		if checkUID(string(pod.UID)) != "" {
 			p := *pod
 			sum := sha256.Sum256(append([]byte(name+"\x00"), data...))
 			p.UID = types.UID(fmt.Sprintf("invalid-%x", sum[:16]))
-			pc.mp.pod = &p
+			pc.mp.Pod = &p
 		}
 	}
 	return pc
@@ -379,7 +379,7 @@ type duplicate struct {
 
 // current assembles the pods of the files' last good versions. When two files hold the same
 // UID, the file that held it before keeps it; otherwise the first by name does.
-func (s *manifestSource) current() (map[types.UID]manifestPod, []duplicate) {
+func (s *manifestSource) current() (map[types.UID]Pod, []duplicate) {
 	names := make([]string, 0, len(s.files))
 	for name, f := range s.files {
 		if f.last != nil {
@@ -389,22 +389,22 @@ func (s *manifestSource) current() (map[types.UID]manifestPod, []duplicate) {
 	sort.Strings(names)
 	owner := map[types.UID]string{}
 	for _, name := range names {
-		uid := s.files[name].last.pod.UID
+		uid := s.files[name].last.Pod.UID
 		if cur, taken := owner[uid]; !taken || (s.owner[uid] == name && cur != name) {
 			owner[uid] = name
 		}
 	}
-	pods := map[types.UID]manifestPod{}
+	pods := map[types.UID]Pod{}
 	var dups []duplicate
 	for _, name := range names {
 		mp := s.files[name].last
-		if owner[mp.pod.UID] != name {
-			winner := filepath.Join(s.dir, owner[mp.pod.UID])
-			dups = append(dups, duplicate{path: mp.path,
-				err: fmt.Errorf("pod manifest %s: same pod UID %s as %s; ignored", mp.path, mp.pod.UID, winner)})
+		if owner[mp.Pod.UID] != name {
+			winner := filepath.Join(s.dir, owner[mp.Pod.UID])
+			dups = append(dups, duplicate{path: mp.Path,
+				err: fmt.Errorf("pod manifest %s: same pod UID %s as %s; ignored", mp.Path, mp.Pod.UID, winner)})
 			continue
 		}
-		pods[mp.pod.UID] = *mp
+		pods[mp.Pod.UID] = *mp
 	}
 	s.owner = owner
 	return pods, dups
@@ -421,11 +421,11 @@ func readManifestFile(path string, limit int64) ([]byte, os.FileInfo, error) {
 	return data, fi, nil
 }
 
-// decodeManifest parses one pod (YAML or JSON). The namespace defaults to "default"; a pod
+// Decode parses one pod (YAML or JSON). The namespace defaults to "default"; a pod
 // without a UID gets one derived from its content, so an edited manifest is a new pod, as
-// with the kubelet's static pods. It checks only what makes the data a pod at all; validatePod
+// with the kubelet's static pods. It checks only what makes the data a pod at all; Validate
 // checks the rest.
-func decodeManifest(data []byte) (*v1.Pod, error) {
+func Decode(data []byte) (*v1.Pod, error) {
 	pod := &v1.Pod{}
 	if err := yaml.UnmarshalStrict(data, pod); err != nil {
 		return nil, fmt.Errorf("not a valid pod: %w", err)
@@ -450,13 +450,13 @@ func decodeManifest(data []byte) (*v1.Pod, error) {
 }
 
 // sortedPods returns the pods ordered by namespace, name and UID.
-func sortedPods(pods map[types.UID]manifestPod) []manifestPod {
-	out := make([]manifestPod, 0, len(pods))
+func sortedPods(pods map[types.UID]Pod) []Pod {
+	out := make([]Pod, 0, len(pods))
 	for _, p := range pods {
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].pod, out[j].pod
+		a, b := out[i].Pod, out[j].Pod
 		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 			return a.CreationTimestamp.Before(&b.CreationTimestamp)
 		}

@@ -1,4 +1,4 @@
-package agent
+package manifests
 
 import (
 	"fmt"
@@ -113,7 +113,7 @@ func TestManifestIdentityChangeWaitsToSettle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := all["uid-b"].pod.Spec.Containers[0].Resources.Limits["example.com/gpu"]; got.Value() != 2 {
+	if got := all["uid-b"].Pod.Spec.Containers[0].Resources.Limits["example.com/gpu"]; got.Value() != 2 {
 		t.Fatalf("same-UID edit %v old: pod b asks %v, want the new 2", manifestDebounce, got.String())
 	}
 }
@@ -191,121 +191,5 @@ func TestManifestRestartKeepsRunningPodOfRewrittenFile(t *testing.T) {
 	clock = written.Add(manifestIdentitySettle)
 	if pods, _ := s.mustScan(); pods["a"] == "" {
 		t.Fatalf("settled: pods %v, want a's new identity", pods)
-	}
-}
-
-// TestManifestSlowRewriteKeepsRunningPod: a running pod without metadata.uid whose file is
-// rewritten in place, slowly, with a first part that is a valid pod asking for no device,
-// keeps its devices: a pod written meanwhile does not get them, and nothing is released. A
-// real replacement, renamed into place, takes the pod's place once it has settled: a pod
-// written after it is admitted while the old pod still runs.
-func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
-	f := newFixture(t)
-	a, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
-	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
-	path := filepath.Join(f.pods, "a.yaml")
-	full := noUIDBody("a", "x", 2)
-	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st := f.waitFor(a, "a admitted", func(st NodeStatus) bool { p := phase(st, "a"); return p != nil && p.Phase == PhaseAdmitted })
-	running := phase(st, "a").UID
-	before := fmt.Sprint(a.Manager().GetDevices(string(running), "main"))
-
-	w, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.WriteString(validHalf(full)); err != nil {
-		t.Fatal(err)
-	}
-	f.manifest("b", 2)
-	// b is judged once the directory settles; the half is as old by then, its writer open.
-	f.waitFor(a, "b decided", func(st NodeStatus) bool { p := phase(st, "b"); return p != nil && p.Phase != PhasePending })
-	time.Sleep(300 * time.Millisecond) // the writer pauses
-	if _, err := w.WriteString(full[len(validHalf(full)):]); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f.manifest("marker", 0)
-	st = f.waitFor(a, "marker admitted", func(st NodeStatus) bool { p := phase(st, "marker"); return p != nil && p.Phase == PhaseAdmitted })
-	if p := phase(st, "a"); p == nil || p.UID != running || p.Phase != PhaseAdmitted {
-		t.Fatalf("a after the slow rewrite: %+v, want %s admitted", p, running)
-	}
-	if after := fmt.Sprint(a.Manager().GetDevices(string(running), "main")); after != before {
-		t.Fatalf("a held %s, now %s", before, after)
-	}
-	if p := phase(st, "b"); p.Phase != PhaseRejected {
-		t.Fatalf("b asked for the 2 devices a holds and is %s %q", p.Phase, p.Message)
-	}
-	if strings.Contains(logs(), "devices released") {
-		t.Fatalf("a pod was released during the slow rewrite:\n%s", logs())
-	}
-
-	// A real replacement: a new version of a, renamed into place.
-	tmp := filepath.Join(f.pods, ".a.tmp")
-	if err := os.WriteFile(tmp, []byte(noUIDBody("a", "y", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-	f.manifest("marker2", 0)
-	st = f.waitFor(a, "marker2 admitted", func(st NodeStatus) bool { p := phase(st, "marker2"); return p != nil && p.Phase == PhaseAdmitted })
-	if p := phase(st, "a"); p == nil || p.UID != running {
-		t.Fatalf("a right after its replacement: %+v, want %s until the replacement settles", p, running)
-	}
-	st = f.waitFor(a, "a replaced", func(st NodeStatus) bool {
-		p := phase(st, "a")
-		return p != nil && p.UID != running && p.Phase == PhaseAdmitted
-	})
-	if got := a.Manager().GetDevices(string(phase(st, "a").UID), "main")["example.com/gpu"]; len(got) != 1 {
-		t.Fatalf("the replacement holds %v, want 1 device", got)
-	}
-	f.waitLog(logs, "Pod removed; devices released", `podUID="`+string(running)+`"`)
-}
-
-// TestRestartWhileAHalfManifestIsOnDisk: a pod without metadata.uid admitted before a restart,
-// whose file holds the valid first part of a rewrite when the agent starts again, keeps its
-// devices until the rest is written: the half, another identity of the pod's name, has not
-// settled, and the first listing waits for it instead of counting the pod as gone.
-func TestRestartWhileAHalfManifestIsOnDisk(t *testing.T) {
-	f := newFixture(t)
-	a, stop := f.runWith(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
-	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
-	path := filepath.Join(f.pods, "keeper.yaml")
-	full := noUIDBody("keeper", "x", 1)
-	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st := f.waitFor(a, "keeper admitted", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
-	running := phase(st, "keeper").UID
-	before := fmt.Sprint(a.Manager().GetDevices(string(running), "main"))
-	stop()
-
-	if err := os.WriteFile(path, []byte(validHalf(full)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
-	// A pod written after the restart is judged once the directory settles, the half with it.
-	f.manifest("marker", 0)
-	f.waitFor(b, "marker admitted", func(st NodeStatus) bool { p := phase(st, "marker"); return p != nil && p.Phase == PhaseAdmitted })
-	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor(b, "ready", func(NodeStatus) bool { return b.ready.Load() })
-	st = f.waitFor(b, "keeper restored", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
-	if p := phase(st, "keeper"); p.UID != running {
-		t.Fatalf("keeper after the restart: %+v, want %s", p, running)
-	}
-	if after := fmt.Sprint(b.Manager().GetDevices(string(running), "main")); after != before {
-		t.Fatalf("keeper held %s before the restart, %s after", before, after)
-	}
-	if strings.Contains(logs(), "devices released") {
-		t.Fatalf("keeper was released while its file held half a rewrite:\n%s", logs())
 	}
 }

@@ -6,13 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 )
+
+func manifestBody(name, uid string, gpus int) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n  uid: %s\nspec:\n  containers:\n  - name: main\n    image: x\n    resources:\n      limits:\n        example.com/gpu: %d\n", name, uid, gpus)
+}
 
 // runLogged starts an agent with cfg (directories from f) whose log is kept in memory, and
 // returns it with a function returning the log so far. The agent stops when the test ends.
@@ -62,6 +64,54 @@ func (f *fixture) waitLog(logs func() string, want ...string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestInvalidEditKeepsAdmittedPod: a manifest edited into an invalid pod with the same UID
+// keeps the admitted pod and its device, with a warning that goes once the manifest is fixed;
+// a new invalid pod is rejected with ReasonInvalidPod and gets nothing.
+func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
+	f := newFixture(t)
+	a, _ := f.run()
+	f.plugin("g0", "g1")
+	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(f.pods, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := manifestBody("keep", "uid-keep", 1)
+	write("keep.yaml", good)
+	f.waitFor(a, "keep admitted", func(st NodeStatus) bool { p := phase(st, "keep"); return p != nil && p.Phase == PhaseAdmitted })
+	devices := a.Manager().GetDevices("uid-keep", "main")["example.com/gpu"]
+	if len(devices) != 1 {
+		t.Fatalf("keep holds %v", devices)
+	}
+	write("keep.yaml", strings.Replace(good, "gpu: 1", "gpu: 0.5", 1))
+	st := f.waitFor(a, "keep warned", func(st NodeStatus) bool { p := phase(st, "keep"); return p != nil && p.Warning != "" })
+	if p := phase(st, "keep"); p.Phase != PhaseAdmitted || !strings.Contains(p.Warning, "invalid") || !strings.Contains(p.Warning, "example.com/gpu") {
+		t.Fatalf("keep after the invalid edit: %+v", p)
+	}
+	if got := a.Manager().GetDevices("uid-keep", "main")["example.com/gpu"]; fmt.Sprint(got) != fmt.Sprint(devices) {
+		t.Fatalf("keep's devices changed from %v to %v", devices, got)
+	}
+	write("keep.yaml", good)
+	f.waitFor(a, "warning cleared", func(st NodeStatus) bool {
+		p := phase(st, "keep")
+		return p != nil && p.Warning == "" && p.Phase == PhaseAdmitted
+	})
+
+	write("neg.yaml", strings.Replace(manifestBody("neg", "uid-neg", 1), "gpu: 1", "gpu: -1", 1))
+	st = f.waitFor(a, "neg rejected", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == PhaseRejected })
+	if p := phase(st, "neg"); p.Reason != ReasonInvalidPod || !strings.Contains(p.Message, "limits[example.com/gpu]") {
+		t.Fatalf("neg: %+v", p)
+	}
+	if got := a.Manager().GetDevices("uid-neg", "main"); len(got) != 0 {
+		t.Fatalf("invalid pod holds %v", got)
+	}
+	// Fixed under the same UID, the pod is judged again and admitted.
+	write("neg.yaml", manifestBody("neg", "uid-neg", 1))
+	f.waitFor(a, "neg admitted once fixed", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == PhaseAdmitted })
 }
 
 // TestManifestPathMissingIsWatched: a --pod-manifest-path that does not exist is logged at start
@@ -134,63 +184,6 @@ func TestManifestHalfWrittenIsNotReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitLog(logs, "Skipped pod manifest", `broken.yaml: kind is \"Service\"`)
-}
-
-// TestManifestDebounce: on the source's own clock, new content is held back, with a retry asked
-// for, while younger than manifestDebounce, and judged after: a file that cannot be used is
-// reported, and a good file, whose first part may already be a valid pod, is used. A file
-// stamped ahead of the clock is judged at once.
-func TestManifestDebounce(t *testing.T) {
-	s := newTestSource(t)
-	clock := time.Now()
-	s.now = func() time.Time { return clock }
-	s.write("a.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  na")
-	fi, err := os.Stat(filepath.Join(s.dir, "a.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	written := stampOf(fi).changedAt()
-
-	clock = written.Add(manifestDebounce / 4)
-	if pods, problems := s.mustScan(); len(pods) != 0 || len(problems) != 0 {
-		t.Fatalf("young partial file: pods %v, problems %v; want nothing yet", pods, problems)
-	}
-	if d := s.retryIn(); d <= 0 || d > manifestDebounce {
-		t.Fatalf("retryIn %v, want a retry within %v", d, manifestDebounce)
-	}
-	clock = written.Add(manifestDebounce)
-	if _, problems := s.mustScan(); len(problems) != 1 || !strings.Contains(problems[0], "a.yaml: not a valid pod") {
-		t.Fatalf("settled partial file: problems %v, want it reported", problems)
-	}
-	if d := s.retryIn(); d != 0 {
-		t.Fatalf("retryIn %v after the file was judged, want 0", d)
-	}
-
-	// A good file waits out the debounce too: it may be the first part of a longer pod.
-	s.write("b.yaml", manifestBody("b", "uid-b", 1))
-	fi, err = os.Stat(filepath.Join(s.dir, "b.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	written = stampOf(fi).changedAt()
-	clock = written.Add(manifestDebounce / 2)
-	if pods, _ := s.mustScan(); len(pods) != 0 {
-		t.Fatalf("young good file: pods %v, want nothing yet", pods)
-	}
-	if d := s.retryIn(); d <= 0 || d > manifestDebounce/2 {
-		t.Fatalf("retryIn %v for the young good file, want a retry within %v", d, manifestDebounce/2)
-	}
-	clock = written.Add(manifestDebounce)
-	if pods, _ := s.mustScan(); pods["b"] != "uid-b" {
-		t.Fatalf("settled good file: pods %v", pods)
-	}
-
-	// A file stamped ahead of the source's clock is judged at once.
-	s.write("c.yaml", manifestBody("c", "uid-c", 1))
-	clock = time.Now().Add(-time.Second)
-	if pods, _ := s.mustScan(); pods["c"] != "uid-c" {
-		t.Fatalf("file stamped ahead of the clock: pods %v", pods)
-	}
 }
 
 // writeInTwoParts writes body over the file in place (truncating it) as two writes, pause apart,
@@ -268,71 +261,6 @@ func TestRestartWhileAManifestIsRewritten(t *testing.T) {
 	}
 }
 
-// TestManifestBurstSettlesTogether: on the source's own clock, new pods wait until no manifest
-// of the directory has changed for manifestDebounce, so files that arrive together are judged
-// together; a file manifestSettle old is judged however busy the directory stays; and a valid
-// pod the agent admitted before a restart and has not seen since is judged at once.
-func TestManifestBurstSettlesTogether(t *testing.T) {
-	s := newTestSource(t)
-	clock := time.Now()
-	s.now = func() time.Time { return clock }
-	stamp := func(name string) time.Time {
-		fi, err := os.Stat(filepath.Join(s.dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return stampOf(fi).changedAt()
-	}
-	s.write("a.yaml", manifestBody("a", "uid-a", 1))
-	time.Sleep(20 * time.Millisecond)
-	s.write("b.yaml", manifestBody("b", "uid-b", 1))
-	a, b := stamp("a.yaml"), stamp("b.yaml")
-	if !b.After(a) {
-		t.Skipf("the file system gave both files the same change time (%v)", a)
-	}
-
-	// a alone is old enough, but b, written after it, is not: neither is judged.
-	clock = a.Add(manifestDebounce)
-	if pods, _ := s.mustScan(); len(pods) != 0 {
-		t.Fatalf("pods %v while the directory is still changing, want none", pods)
-	}
-	if d := s.retryIn(); d <= 0 || d > b.Sub(a)+time.Millisecond {
-		t.Fatalf("retryIn %v, want a retry when b is settled (%v)", d, b.Sub(a))
-	}
-	clock = b.Add(manifestDebounce)
-	if pods, _ := s.mustScan(); pods["a"] != "uid-a" || pods["b"] != "uid-b" {
-		t.Fatalf("settled directory: pods %v, want a and b together", pods)
-	}
-
-	// A pod admitted before a restart and not seen since is judged at once, young as its
-	// file is.
-	s.known = func(uid types.UID) bool { return uid == "uid-k" }
-	s.write("k.yaml", manifestBody("k", "uid-k", 1))
-	s.write("n.yaml", manifestBody("n", "uid-n", 1))
-	clock = stamp("n.yaml")
-	if pods, _ := s.mustScan(); pods["k"] != "uid-k" || pods["n"] != "" {
-		t.Fatalf("young files: pods %v, want the known k and not the new n", pods)
-	}
-
-	// A directory that never settles holds a file back for manifestSettle at most: here
-	// another file changed just now, at every moment.
-	changed := stamp("n.yaml")
-	at := func(t time.Time) fileStamp {
-		ts := syscall.NsecToTimespec(t.UnixNano())
-		return fileStamp{mtime: ts, ctime: ts}
-	}
-	for _, c := range []struct {
-		age  time.Duration
-		held bool
-	}{{manifestDebounce, true}, {manifestSettle - time.Millisecond, true}, {manifestSettle, false}} {
-		clock = changed.Add(c.age)
-		s.lastChange = clock
-		if got := s.holdBack(at(changed)); got != c.held {
-			t.Errorf("file %v old in a busy directory: held back %v, want %v", c.age, got, c.held)
-		}
-	}
-}
-
 // TestRunningPodRewrittenInPlaceQuietly: rewriting the manifest of a running pod in place, in
 // two writes whose first part is a valid pod without resources, changes nothing and logs no
 // warning: the partial version is never judged.
@@ -363,5 +291,131 @@ func TestRunningPodRewrittenInPlaceQuietly(t *testing.T) {
 	}
 	if after := fmt.Sprint(a.Manager().GetDevices("uid-steady", "main")); after != before {
 		t.Fatalf("steady held %s, now %s", before, after)
+	}
+}
+
+// noUIDBody is a pod manifest without metadata.uid (its UID derives from its content) whose
+// container asks for gpus devices; image tells two versions of one pod apart.
+func noUIDBody(name, image string, gpus int) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\nspec:\n  containers:\n  - name: main\n    image: %s\n    resources:\n      limits:\n        example.com/gpu: %d\n", name, image, gpus)
+}
+
+// validHalf is the first part of body that is already a valid pod: the containers are
+// written, their resources not yet.
+func validHalf(body string) string { return body[:strings.Index(body, "    resources:")] }
+
+// TestManifestSlowRewriteKeepsRunningPod: a running pod without metadata.uid whose file is
+// rewritten in place, slowly, with a first part that is a valid pod asking for no device,
+// keeps its devices: a pod written meanwhile does not get them, and nothing is released. A
+// real replacement, renamed into place, takes the pod's place once it has settled: a pod
+// written after it is admitted while the old pod still runs.
+func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
+	f := newFixture(t)
+	a, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
+	f.plugin("g0", "g1")
+	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	path := filepath.Join(f.pods, "a.yaml")
+	full := noUIDBody("a", "x", 2)
+	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := f.waitFor(a, "a admitted", func(st NodeStatus) bool { p := phase(st, "a"); return p != nil && p.Phase == PhaseAdmitted })
+	running := phase(st, "a").UID
+	before := fmt.Sprint(a.Manager().GetDevices(string(running), "main"))
+
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteString(validHalf(full)); err != nil {
+		t.Fatal(err)
+	}
+	f.manifest("b", 2)
+	// b is judged once the directory settles; the half is as old by then, its writer open.
+	f.waitFor(a, "b decided", func(st NodeStatus) bool { p := phase(st, "b"); return p != nil && p.Phase != PhasePending })
+	time.Sleep(300 * time.Millisecond) // the writer pauses
+	if _, err := w.WriteString(full[len(validHalf(full)):]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.manifest("marker", 0)
+	st = f.waitFor(a, "marker admitted", func(st NodeStatus) bool { p := phase(st, "marker"); return p != nil && p.Phase == PhaseAdmitted })
+	if p := phase(st, "a"); p == nil || p.UID != running || p.Phase != PhaseAdmitted {
+		t.Fatalf("a after the slow rewrite: %+v, want %s admitted", p, running)
+	}
+	if after := fmt.Sprint(a.Manager().GetDevices(string(running), "main")); after != before {
+		t.Fatalf("a held %s, now %s", before, after)
+	}
+	if p := phase(st, "b"); p.Phase != PhaseRejected {
+		t.Fatalf("b asked for the 2 devices a holds and is %s %q", p.Phase, p.Message)
+	}
+	if strings.Contains(logs(), "devices released") {
+		t.Fatalf("a pod was released during the slow rewrite:\n%s", logs())
+	}
+
+	// A real replacement: a new version of a, renamed into place.
+	tmp := filepath.Join(f.pods, ".a.tmp")
+	if err := os.WriteFile(tmp, []byte(noUIDBody("a", "y", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	f.manifest("marker2", 0)
+	st = f.waitFor(a, "marker2 admitted", func(st NodeStatus) bool { p := phase(st, "marker2"); return p != nil && p.Phase == PhaseAdmitted })
+	if p := phase(st, "a"); p == nil || p.UID != running {
+		t.Fatalf("a right after its replacement: %+v, want %s until the replacement settles", p, running)
+	}
+	st = f.waitFor(a, "a replaced", func(st NodeStatus) bool {
+		p := phase(st, "a")
+		return p != nil && p.UID != running && p.Phase == PhaseAdmitted
+	})
+	if got := a.Manager().GetDevices(string(phase(st, "a").UID), "main")["example.com/gpu"]; len(got) != 1 {
+		t.Fatalf("the replacement holds %v, want 1 device", got)
+	}
+	f.waitLog(logs, "Pod removed; devices released", `podUID="`+string(running)+`"`)
+}
+
+// TestRestartWhileAHalfManifestIsOnDisk: a pod without metadata.uid admitted before a restart,
+// whose file holds the valid first part of a rewrite when the agent starts again, keeps its
+// devices until the rest is written: the half, another identity of the pod's name, has not
+// settled, and the first listing waits for it instead of counting the pod as gone.
+func TestRestartWhileAHalfManifestIsOnDisk(t *testing.T) {
+	f := newFixture(t)
+	a, stop := f.runWith(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
+	f.plugin("g0", "g1")
+	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	path := filepath.Join(f.pods, "keeper.yaml")
+	full := noUIDBody("keeper", "x", 1)
+	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := f.waitFor(a, "keeper admitted", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	running := phase(st, "keeper").UID
+	before := fmt.Sprint(a.Manager().GetDevices(string(running), "main"))
+	stop()
+
+	if err := os.WriteFile(path, []byte(validHalf(full)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
+	// A pod written after the restart is judged once the directory settles, the half with it.
+	f.manifest("marker", 0)
+	f.waitFor(b, "marker admitted", func(st NodeStatus) bool { p := phase(st, "marker"); return p != nil && p.Phase == PhaseAdmitted })
+	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(b, "ready", func(NodeStatus) bool { return b.ready.Load() })
+	st = f.waitFor(b, "keeper restored", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	if p := phase(st, "keeper"); p.UID != running {
+		t.Fatalf("keeper after the restart: %+v, want %s", p, running)
+	}
+	if after := fmt.Sprint(b.Manager().GetDevices(string(running), "main")); after != before {
+		t.Fatalf("keeper held %s before the restart, %s after", before, after)
+	}
+	if strings.Contains(logs(), "devices released") {
+		t.Fatalf("keeper was released while its file held half a rewrite:\n%s", logs())
 	}
 }

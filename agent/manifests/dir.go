@@ -1,4 +1,4 @@
-package agent
+package manifests
 
 import (
 	"context"
