@@ -474,7 +474,7 @@ func TestContainerRuntimeSurvivesRestarts(t *testing.T) {
 	rn.deletePod("stopping")
 	time.Sleep(500 * time.Millisecond) // kdm sees the deletion and starts the stop (either way, the restart must hold)
 	kdm.kill()
-	kdm = rn.startKdm()
+	rn.startKdm()
 	rn.eventually("kdm serving after the kill", func(agent.NodeStatus) bool { return true })
 	for {
 		free := rn.freeGPUs()
