@@ -19,6 +19,14 @@ import (
 type fileV2 struct {
 	Data     Data
 	Checksum uint64
+
+	// sum is Checksum(&Data) when summed is set: a parser that hashed the
+	// data as it went says so. encoding/json leaves both alone.
+	sum    uint32
+	summed bool
+	// entries, when set, holds Data.PodDeviceEntries as Entries that remember
+	// what the parser learnt of their encoding (parseV2FastSummed with keep).
+	entries []*Entry
 }
 
 type fileV1 struct {
@@ -75,11 +83,27 @@ func classify(v2err error) error {
 }
 
 // decodeEntries is Decode that also returns the entries as Entries: entries[i]
-// holds PodDeviceEntries[i], sharing its lists and bytes.
+// holds PodDeviceEntries[i], sharing its lists and bytes. An entry that the
+// fast parser read keeps its text in b and the checksum states around it (see
+// parseV2FastSummed), so b must not be modified afterwards.
 func decodeEntries(b []byte) (*Data, []*Entry, Layout, error) {
-	d, layout, err := Decode(b)
+	var parsed *fileV2
+	d, layout, err := decode(b, func(b []byte) (*fileV2, error) {
+		if !fastPath(offSummed) {
+			return parseV2(b)
+		}
+		f, ok := parseV2FastSummed(b, true)
+		if !ok {
+			return parseV2JSON(b)
+		}
+		parsed = f
+		return f, nil
+	})
 	if err != nil {
 		return nil, nil, layout, err
+	}
+	if layout == LayoutV2 && parsed != nil && parsed.entries != nil {
+		return d, parsed.entries, layout, nil
 	}
 	entries := make([]*Entry, len(d.PodDeviceEntries))
 	for i := range d.PodDeviceEntries {
@@ -107,7 +131,10 @@ func Decode(b []byte) (*Data, Layout, error) {
 func decode(b []byte, parse func([]byte) (*fileV2, error)) (*Data, Layout, error) {
 	v2, v2err := parse(b)
 	if v2err == nil {
-		computed := uint64(Checksum(&v2.Data))
+		computed := uint64(v2.sum)
+		if !v2.summed {
+			computed = uint64(Checksum(&v2.Data))
+		}
 		if v2.Checksum == computed {
 			return &v2.Data, LayoutV2, nil
 		}

@@ -70,9 +70,12 @@ package checkpoint
 // A writer that keeps its entries between writes (the device manager) holds
 // them as Entries and writes them as Prepared: each Entry's JSON is made once
 // and its part of the checksum is reused while the entries before it stay the
-// same. Store.ReadEntries returns a file's entries as such Entries, which a
-// restarted writer keeps; Prepared.Precompute encodes and hashes them ahead of
-// its first write.
+// same. Store.ReadEntries returns a file's entries as such Entries, so that the
+// first write after a restart need not encode or hash them again either: each
+// keeps its text in the file, used once checked to be exactly Encode's, and the
+// checksum states the reader's hash went through before and after it, turned
+// into its part of the checksum when first needed (the reader does not spend a
+// pass over the text on it).
 //
 // Encode refuses strings that are not valid UTF-8 (ErrInvalidUTF8): the
 // kubelet would write them as U+FFFD while hashing the original bytes,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -145,6 +146,52 @@ func (w *jsonWriter) entryHead(buf []byte, e *PodDevicesEntry) []byte {
 	buf = w.devMap(buf, e.DeviceIDs)
 	return append(buf, `,"AllocResp":`...)
 }
+
+// canonicalEntry reports whether text is byte for byte what entry writes for
+// e, which text was parsed into. Only the AllocResp's base64 is not written
+// again: it is canonical when its last quantum leaves no stray bits, as text
+// that decodes to e.AllocResp with no line breaks (parseV2Fast's rule) has
+// the right length and padding already.
+func (w *jsonWriter) canonicalEntry(e *PodDevicesEntry, text []byte) bool {
+	rest, ok := bytes.CutPrefix(text, w.entryHead(nil, e))
+	if !ok {
+		return false
+	}
+	if e.AllocResp == nil {
+		return string(rest) == "null}"
+	}
+	if len(rest) < 3 || rest[0] != '"' || string(rest[len(rest)-2:]) != `"}` {
+		return false
+	}
+	b64 := rest[1 : len(rest)-2]
+	if len(b64) != base64.StdEncoding.EncodedLen(len(e.AllocResp)) {
+		return false
+	}
+	// The character before the padding carries 4 (one byte in the last
+	// quantum) or 2 (two bytes) bits that must be zero.
+	switch len(e.AllocResp) % 3 {
+	case 1:
+		return base64Value(b64[len(b64)-3])&(0x0f|notBase64) == 0
+	case 2:
+		return base64Value(b64[len(b64)-2])&(0x03|notBase64) == 0
+	}
+	return true
+}
+
+// base64Value is the six bits the standard alphabet's character c stands for, or notBase64
+// for any other character.
+func base64Value(c byte) int {
+	if v := strings.IndexByte(base64Alphabet, c); v >= 0 {
+		return v
+	}
+	return notBase64
+}
+
+// notBase64 is base64Value's bit for a character outside the alphabet, above the six bits.
+const notBase64 = 0x40
+
+// base64Alphabet is the standard base64 alphabet, in value order.
+const base64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 // compareDecimal orders int64 values by their decimal text, the order
 // encoding/json uses for integer map keys ("-1" < "10" < "2").

@@ -22,6 +22,9 @@ type Entry struct {
 	PodDevicesEntry
 	text atomic.Pointer[cachedText]
 	sum  cachedSum
+	// read is the entry's text in the file it was read from (see decodeEntries), set before
+	// the Entry is handed out: the first encoding uses it if it is exactly Encode's.
+	read []byte
 }
 
 // NewEntry returns e as an Entry. It does not copy e's lists or bytes: they
@@ -59,6 +62,13 @@ func (e *Entry) encoded() *cachedText {
 		return t
 	}
 	var w jsonWriter
+	if e.read != nil {
+		if w.canonicalEntry(&e.PodDevicesEntry, e.read) {
+			t := &cachedText{json: e.read}
+			e.text.Store(t)
+			return t
+		}
+	}
 	b := w.entry(make([]byte, 0, entrySizeHint(&e.PodDevicesEntry)), &e.PodDevicesEntry)
 	t := &cachedText{json: b, badUTF8: w.badString, bad: w.badUTF8}
 	e.text.Store(t)
@@ -276,7 +286,7 @@ func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow fun
 	s.entries(entries == nil, len(entries), func(i int) {
 		e := entries[i]
 		textLen := func() int { return entryTextLen(s.t, &e.PodDevicesEntry) }
-		if !e.sum.applied(&s) {
+		if !e.sum.applied(&s, textLen) {
 			hashing(e.encoded())
 			h0 := s.h
 			s.entry(&e.PodDevicesEntry)
@@ -293,7 +303,7 @@ func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow fun
 				s.char(' ')
 			}
 			textLen := func() int { return len(r.Resource) + 1 + strListTextLen(s.t, r.IDs) }
-			if !r.sum.applied(&s) {
+			if !r.sum.applied(&s, textLen) {
 				hashing(r.encoded())
 				h0 := s.h
 				s.str(r.Resource)

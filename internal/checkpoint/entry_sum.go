@@ -18,10 +18,17 @@ import (
 // after a second low byte, a table of add for every low byte it is hashed after (sumTable):
 // a write hashes its text again only after a low byte it has not been seen after, at most
 // 256 times in its life, and otherwise costs one multiply.
+//
+// A piece read from a file comes with the states before and after its text (seen), which the
+// reader records without working out mul: that costs a pass over the text, and is left to the
+// first checksum that uses the piece.
 type cachedSum struct {
 	mul  atomic.Uint32 // p^len(text), stored before last; 0 (no power of p) until then
 	last atomic.Uint64 // sumKnown | low byte << 32 | add, or 0
 	wide atomic.Pointer[sumTable]
+	// seen is h0 | h << 32 from the reader's hash, valid once hasSeen is set.
+	seen    atomic.Uint64
+	hasSeen atomic.Bool
 }
 
 const sumKnown = 1 << 40
@@ -50,8 +57,13 @@ func (t *sumTable) set(l uint8, add uint32) {
 }
 
 // applied folds the piece's text into s from the memo, and reports whether the memo held s's
-// low byte. When it did not, the caller hashes the text and calls remember.
-func (c *cachedSum) applied(s *hasher) bool {
+// low byte. When it did not, the caller hashes the text and calls remember. textLen, the
+// text's length, is asked for when states seen by a reader are turned into the memo.
+func (c *cachedSum) applied(s *hasher, textLen func() int) bool {
+	if c.last.Load()&sumKnown == 0 && c.hasSeen.Load() {
+		seen := c.seen.Load()
+		c.remember(uint32(seen), uint32(seen>>32), textLen, false)
+	}
 	add, ok := c.lookup(uint8(s.h))
 	if !ok {
 		return false
@@ -69,6 +81,12 @@ func (c *cachedSum) lookup(l uint8) (uint32, bool) {
 		return t.get(l)
 	}
 	return 0, false
+}
+
+// saw records that a reader's hashing of the piece's text took the state from h0 to h.
+func (c *cachedSum) saw(h0, h uint32) {
+	c.seen.Store(uint64(h0) | uint64(h)<<32)
+	c.hasSeen.Store(true)
 }
 
 // remember records that hashing the piece's text took the state from h0 to h. textLen, the

@@ -315,7 +315,7 @@ func TestLargeRegisteredPairRemembersEachLowByte(t *testing.T) {
 	}
 	for l, h := range seen {
 		s := hasher{t: hashTablesOnce(), h: h}
-		if !reg.sum.applied(&s) {
+		if !reg.sum.applied(&s, nil) {
 			t.Errorf("the pair's part after low byte %#x was forgotten", l)
 			continue
 		}

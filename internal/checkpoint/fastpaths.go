@@ -16,6 +16,10 @@ const (
 	// offDelta rewrites the whole spare instead of leaving in place the leading bytes it
 	// already holds (sharedPrefix is 0).
 	offDelta
+	// offSummed parses a large file, then hashes it, instead of hashing its entries on a
+	// second goroutine while it is parsed, and keeps no checksum states for the first write
+	// after a restart.
+	offSummed
 )
 
 // fastPath reports whether the fast path off is on.

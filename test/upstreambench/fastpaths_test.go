@@ -24,11 +24,13 @@ const FastPathsEnv = "UPSTREAMBENCH_FASTPATHS_OFF"
 
 // fastPathBits are checkpoint's bits of fastPathsOff, by the names FastPathsEnv takes:
 //   - spare: every write through a new temporary file, not the spare and a name exchange;
-//   - delta: the spare rewritten whole, not from the first entry that differs.
-var fastPathBits = map[string]uint32{"spare": 1 << 0, "delta": 1 << 1}
+//   - delta: the spare rewritten whole, not from the first entry that differs;
+//   - summed: a large file parsed, then hashed, not hashed while it is parsed, and no
+//     checksum states nor text kept for the first write after a restart.
+var fastPathBits = map[string]uint32{"spare": 1 << 0, "delta": 1 << 1, "summed": 1 << 2}
 
 // FastPaths are the names fastPathBits knows, in the order the table lists them.
-var FastPaths = []string{"spare", "delta"}
+var FastPaths = []string{"spare", "delta", "summed"}
 
 // setFastPathsOff turns off the fast paths FastPathsEnv names; TestMain calls it before
 // anything of package checkpoint runs.
