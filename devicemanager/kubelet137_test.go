@@ -230,18 +230,20 @@ func TestWatcherRemovalStopsItsOwnInstance(t *testing.T) {
 			cur := testPlugin(t, dir, gpu, "new.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1"))
 			waitFor(t, m, "new instance current", func() bool { return m.currentSocket(gpu) == cur.SocketPath() })
 
+			// The replaced instance is taken before its registry socket goes: the watcher may
+			// act on the removal at once.
+			m.mu.Lock()
+			oldEP := m.replaced[gpu]
+			m.mu.Unlock()
+			if len(oldEP) != 1 {
+				t.Fatalf("%d replaced instances, want 1", len(oldEP))
+			}
 			regs, err := filepath.Glob(filepath.Join(watch, "*"))
 			if err != nil || len(regs) != 1 {
 				t.Fatalf("plugins_registry holds %v (%v), want the old instance's socket", regs, err)
 			}
 			if err := os.Remove(regs[0]); err != nil {
 				t.Fatal(err)
-			}
-			m.mu.Lock()
-			oldEP := m.replaced[gpu]
-			m.mu.Unlock()
-			if len(oldEP) != 1 {
-				t.Fatalf("%d replaced instances, want 1", len(oldEP))
 			}
 			if tc.stopsOld {
 				waitFor(t, m, "the replaced instance stopped", func() bool {
