@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -17,7 +18,7 @@ import (
 // the source: their manifests went away while the agent was down.
 func (a *Agent) dropStaleResults() {
 	a.mu.Lock()
-	var stale []*PodResult
+	var stale []*podresult.PodResult
 	for uid, r := range a.results {
 		if _, ok := a.pods[uid]; !ok {
 			stale = append(stale, r)
@@ -31,12 +32,12 @@ func (a *Agent) dropStaleResults() {
 		// Their containers may still run: the devices go once the runtime removed them.
 		for _, r := range stale {
 			a.log.Info("Pod removed while the agent was down; stopping its containers", "pod", klog.KRef(r.Namespace, r.Name), "podUID", r.UID)
-			a.containers.stop(podOf(r))
+			a.containers.stop(podresult.PodOf(r))
 		}
 		return
 	}
 	for _, r := range stale {
-		if err := os.Remove(resultPath(a.cfg.PodsDir(), podOf(r))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(podresult.Path(a.cfg.PodsDir(), podresult.PodOf(r))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			a.log.Error(err, "Failed to remove stale pod result", "pod", klog.KRef(r.Namespace, r.Name))
 		}
 		a.log.Info("Pod removed while the agent was down; devices released", "pod", klog.KRef(r.Namespace, r.Name), "podUID", r.UID)
@@ -64,7 +65,7 @@ func (a *Agent) track(ctx context.Context, source string, pod *v1.Pod) (<-chan s
 // invalid, in which case warning(tracked) is noted on it. Otherwise the caller admits pod;
 // prev is the pod's earlier result (nil once a pod rejected as invalid was dropped to be
 // judged anew).
-func (a *Agent) settleVersion(pod *v1.Pod, warning func(tracked *v1.Pod) string) (prev *PodResult, kept bool) {
+func (a *Agent) settleVersion(pod *v1.Pod, warning func(tracked *v1.Pod) string) (prev *podresult.PodResult, kept bool) {
 	a.mu.Lock()
 	tracked, ok := a.pods[pod.UID]
 	prev = a.results[pod.UID]
@@ -179,7 +180,7 @@ func (a *Agent) cancelAdmissions() {
 // A failure rejects the pod with the kubelet's reason and message.
 func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 	log := a.log.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
-	result := &PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: PhaseAdmitted,
+	result := &podresult.PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: podresult.PhaseAdmitted,
 		Warning: pod.Annotations[keptRequestsAnnotation]}
 	for _, c := range allContainers(pod) {
 		if err := a.manager.Allocate(ctx, pod, c.container); err != nil {
@@ -190,7 +191,7 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 				log.V(2).Info("Admission abandoned", "err", err)
 				return
 			}
-			result.Phase = PhaseRejected
+			result.Phase = podresult.PhaseRejected
 			result.Reason = ReasonUnexpectedAdmissionError
 			result.Message = fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)
 			result.Containers = nil
@@ -212,10 +213,10 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 				log.Error(err, "Failed to get device run options", "containerName", c.container.Name)
 			}
 		}
-		result.Containers = append(result.Containers, ContainerResult{
+		result.Containers = append(result.Containers, podresult.ContainerResult{
 			Name: c.container.Name, Init: c.init, Sidecar: c.sidecar, RunOptions: opts,
 			Requests:    deviceRequests(c.container),
-			Allocations: allocationsOf(a.manager.GetContainerAllocations(string(pod.UID), c.container.Name)),
+			Allocations: podresult.AllocationsOf(a.manager.GetContainerAllocations(string(pod.UID), c.container.Name)),
 		})
 	}
 	if ctx.Err() != nil {
@@ -240,7 +241,7 @@ func (a *Agent) release(pod *v1.Pod) {
 	delete(a.results, pod.UID)
 	a.mu.Unlock()
 	a.manager.UpdateAllocatedDevices()
-	if err := os.Remove(resultPath(a.cfg.PodsDir(), pod)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(podresult.Path(a.cfg.PodsDir(), pod)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		a.log.Error(err, "Failed to remove pod result", "pod", klog.KObj(pod))
 	}
 	a.log.Info("Pod removed; devices released", "pod", klog.KObj(pod), "podUID", pod.UID)
@@ -249,11 +250,11 @@ func (a *Agent) release(pod *v1.Pod) {
 
 // record writes the result and then publishes it, unless the pod was removed meanwhile.
 // Records are serialised, so a pod's file and its published result never disagree.
-func (a *Agent) record(pod *v1.Pod, r *PodResult) { a.recordResult(pod, r, false) }
+func (a *Agent) record(pod *v1.Pod, r *podresult.PodResult) { a.recordResult(pod, r, false) }
 
 // recordResult is record; with stopping, it also records a pod that its source removed but whose
 // result stays while its containers are being stopped (containers.go).
-func (a *Agent) recordResult(pod *v1.Pod, r *PodResult, stopping bool) {
+func (a *Agent) recordResult(pod *v1.Pod, r *podresult.PodResult, stopping bool) {
 	a.recordMu.Lock()
 	defer a.recordMu.Unlock()
 	r.Updated = a.clock.Now().UTC()
@@ -267,11 +268,11 @@ func (a *Agent) recordResult(pod *v1.Pod, r *PodResult, stopping bool) {
 	switch {
 	case r.Runtime != nil:
 	case a.containers == nil:
-		r.Runtime = admissionOnly()
+		r.Runtime = podresult.AdmissionOnly()
 	case prev != nil:
 		r.Runtime = prev.Runtime // a new admission outcome does not change what runs
 	}
-	if err := writeResult(a.cfg.PodsDir(), pod, r); err != nil {
+	if err := podresult.Write(a.cfg.PodsDir(), pod, r); err != nil {
 		a.log.Error(err, "Failed to write pod result", "pod", klog.KObj(pod))
 	}
 	a.mu.Lock()
@@ -279,10 +280,10 @@ func (a *Agent) recordResult(pod *v1.Pod, r *PodResult, stopping bool) {
 	fromAPI := a.podSource[pod.UID] == sourceAPI
 	a.mu.Unlock()
 	a.events.podRecorded(r)
-	if r.Phase == PhaseRejected {
+	if r.Phase == podresult.PhaseRejected {
 		a.manager.UpdateAllocatedDevices()
 	}
-	if a.containers != nil && r.Phase == PhaseAdmitted {
+	if a.containers != nil && r.Phase == podresult.PhaseAdmitted {
 		a.containers.rt.Trigger()
 	}
 	if fromAPI {

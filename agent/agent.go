@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kdm-project/kdm/agent/nodestatus"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/podresources"
@@ -38,9 +39,9 @@ type Agent struct {
 	publisher atomic.Pointer[nodestatus.Publisher]
 
 	mu        sync.Mutex
-	pods      map[types.UID]*v1.Pod    // the pod sources' current pods
-	podSource map[types.UID]string     // which source added each pod
-	results   map[types.UID]*PodResult // admission outcome per pod
+	pods      map[types.UID]*v1.Pod              // the pod sources' current pods
+	podSource map[types.UID]string               // which source added each pod
+	results   map[types.UID]*podresult.PodResult // admission outcome per pod
 	inflight  map[types.UID]*admission
 	// lastAdmission is, per device resource, the latest admission that asks for it: the next
 	// one waits for it (queue.go).
@@ -95,7 +96,7 @@ func New(cfg Config) (*Agent, error) {
 		manager:       m,
 		pods:          map[types.UID]*v1.Pod{},
 		podSource:     map[types.UID]string{},
-		results:       map[types.UID]*PodResult{},
+		results:       map[types.UID]*podresult.PodResult{},
 		inflight:      map[types.UID]*admission{},
 		lastAdmission: map[string]*admission{},
 		events:        newEventLog(cfg.Clock.Now),
@@ -137,8 +138,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.cfg.PodsDir(), 0o750); err != nil {
 		return fmt.Errorf("creating pod results dir: %w", err)
 	}
-	a.migrateResults()
-	cleanStaleTemps(a.cfg.PodsDir())
+	podresult.Migrate(a.log, a.cfg.legacyPodsDir(), a.cfg.PodsDir())
+	podresult.RemoveTemps(a.cfg.PodsDir())
 	var publisher *nodestatus.Publisher
 	if a.kube != nil {
 		pcfg, err := a.nodePublisherConfig()
@@ -259,7 +260,7 @@ func (a *Agent) readyAfter(n int) func() {
 // devices every container of those pods held: the agent's second copy of the assignments,
 // which the manager restores if the checkpoint was lost.
 func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.PodDevicesEntry, error) {
-	results, skipped, err := readResults(a.cfg.PodsDir())
+	results, skipped, err := podresult.ScanDir(a.cfg.PodsDir())
 	for _, err := range skipped {
 		// Such a pod is not known as running: if the checkpoint holds its devices they
 		// stay assigned, but they cannot be restored from this copy.
@@ -273,7 +274,7 @@ func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for uid, r := range results {
-		if r.Phase != PhaseAdmitted {
+		if r.Phase != podresult.PhaseAdmitted {
 			continue
 		}
 		a.results[uid] = r
@@ -298,7 +299,7 @@ func (a *Agent) activePods() []*v1.Pod {
 	defer a.mu.Unlock()
 	out := make([]*v1.Pod, 0, len(a.pods))
 	for uid, p := range a.pods {
-		if r := a.results[uid]; r != nil && (r.Phase == PhaseRejected || r.Runtime.Terminal()) {
+		if r := a.results[uid]; r != nil && (r.Phase == podresult.PhaseRejected || r.Runtime.Terminal()) {
 			continue
 		}
 		out = append(out, p)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent/internal/apitest"
 	"github.com/kdm-project/kdm/agent/manifests"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
@@ -119,7 +120,7 @@ func (f *fixture) manifest(name string, gpus int) {
 	}
 }
 
-func phase(st NodeStatus, name string) *PodResult {
+func phase(st NodeStatus, name string) *podresult.PodResult {
 	for _, p := range st.Pods {
 		if p.Name == name {
 			return p
@@ -135,17 +136,23 @@ func TestAdmissionFromManifests(t *testing.T) {
 	f.waitFor(a, "3 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 3 })
 
 	f.manifest("first", 2)
-	st := f.waitFor(a, "first admitted", func(st NodeStatus) bool { p := phase(st, "first"); return p != nil && p.Phase == PhaseAdmitted })
+	st := f.waitFor(a, "first admitted", func(st NodeStatus) bool {
+		p := phase(st, "first")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	first := phase(st, "first")
 	if opts := first.Containers[0].RunOptions; opts == nil || len(opts.Envs) != 1 || len(strings.Split(opts.Envs[0].Value, ",")) != 2 {
 		t.Fatalf("first's run options: %+v", first.Containers[0].RunOptions)
 	}
-	if _, err := os.Stat(resultPath(filepath.Join(f.root, "kdm", "pods"), podOf(first))); err != nil {
+	if _, err := os.Stat(podresult.Path(filepath.Join(f.root, "kdm", "pods"), podresult.PodOf(first))); err != nil {
 		t.Fatalf("no result file for first: %v", err)
 	}
 
 	f.manifest("second", 2)
-	st = f.waitFor(a, "second rejected", func(st NodeStatus) bool { p := phase(st, "second"); return p != nil && p.Phase == PhaseRejected })
+	st = f.waitFor(a, "second rejected", func(st NodeStatus) bool {
+		p := phase(st, "second")
+		return p != nil && p.Phase == podresult.PhaseRejected
+	})
 	second := phase(st, "second")
 	want := "Allocate failed due to requested number of devices unavailable for example.com/gpu. Requested: 2, Available: 1, which is unexpected"
 	if second.Reason != ReasonUnexpectedAdmissionError || second.Message != want {
@@ -158,7 +165,10 @@ func TestAdmissionFromManifests(t *testing.T) {
 	}
 	f.waitFor(a, "first removed", func(st NodeStatus) bool { return phase(st, "first") == nil })
 	f.manifest("third", 3)
-	f.waitFor(a, "third admitted", func(st NodeStatus) bool { p := phase(st, "third"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "third admitted", func(st NodeStatus) bool {
+		p := phase(st, "third")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 }
 
 // TestRestartKeepsDevices: a pod admitted before a restart keeps its devices after it, even
@@ -169,7 +179,10 @@ func TestRestartKeepsDevices(t *testing.T) {
 	p := f.plugin("g0", "g1")
 	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	f.manifest("keeper", 1)
-	st := f.waitFor(a, "keeper admitted", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	st := f.waitFor(a, "keeper admitted", func(st NodeStatus) bool {
+		p := phase(st, "keeper")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	before := phase(st, "keeper").Containers[0].RunOptions.Envs[0].Value
 	regs := p.Registrations()
 	stop()
@@ -180,7 +193,10 @@ func TestRestartKeepsDevices(t *testing.T) {
 	if err := p.WaitForRegistrations(ctx, regs+1); err != nil {
 		t.Fatalf("plugin did not re-register: %v", err)
 	}
-	st = f.waitFor(b, "keeper restored", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	st = f.waitFor(b, "keeper restored", func(st NodeStatus) bool {
+		p := phase(st, "keeper")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	if got := b.Manager().GetDevices(string(phase(st, "keeper").UID), "main")["example.com/gpu"]; len(got) != 1 {
 		t.Fatalf("keeper holds %v after the restart", got)
 	}

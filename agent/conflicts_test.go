@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -38,14 +39,14 @@ func TestRecoveryConflictInPodResults(t *testing.T) {
 		pa, pb := phase(st, "a"), phase(st, "b")
 		return pa != nil && pb != nil && len(pa.Conflicts) == 1 && len(pb.Conflicts) == 1
 	})
-	want := DeviceConflict{Resource: "example.com/gpu", DeviceID: ga, Pods: []string{"default/b"}}
-	if got := phase(st, "a").Conflicts[0]; !equalConflicts([]DeviceConflict{got}, []DeviceConflict{want}) {
+	want := podresult.DeviceConflict{Resource: "example.com/gpu", DeviceID: ga, Pods: []string{"default/b"}}
+	if got := phase(st, "a").Conflicts[0]; !equalConflicts([]podresult.DeviceConflict{got}, []podresult.DeviceConflict{want}) {
 		t.Fatalf("a's conflict %+v, want %+v", got, want)
 	}
 	if w := phase(st, "b").ConflictWarning(); !strings.Contains(w, ga) || !strings.Contains(w, "default/a") {
 		t.Fatalf("b's warning %q does not name %s and default/a", w, ga)
 	}
-	files, err := ReadResults(a.cfg.PodsDir())
+	files, err := podresult.ReadDir(a.cfg.PodsDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestRecoveryConflictInPodResults(t *testing.T) {
 }
 
 // devicesOf lists the devices a pod's containers hold, sorted.
-func devicesOf(r *PodResult) []string {
+func devicesOf(r *podresult.PodResult) []string {
 	if r == nil {
 		return nil
 	}
@@ -87,7 +88,7 @@ func devicesOf(r *PodResult) []string {
 // name id instead of their devices.
 func claimInResult(t *testing.T, dir, name, id string) {
 	t.Helper()
-	results, err := ReadResults(dir)
+	results, err := podresult.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func claimInResult(t *testing.T, dir, name, id string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(resultPath(dir, podOf(r)), raw, 0o600); err != nil {
+		if err := os.WriteFile(podresult.Path(dir, podresult.PodOf(r)), raw, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/agent/podruntime"
 	"github.com/kdm-project/kdm/devicemanager"
 )
@@ -86,7 +87,7 @@ func (c *containerRoom) pods() []*v1.Pod {
 	defer a.mu.Unlock()
 	out := make([]*v1.Pod, 0, len(a.pods))
 	for uid, p := range a.pods {
-		if r := a.results[uid]; r != nil && r.Phase == PhaseAdmitted {
+		if r := a.results[uid]; r != nil && r.Phase == podresult.PhaseAdmitted {
 			out = append(out, p)
 		}
 	}
@@ -102,7 +103,7 @@ func (c *containerRoom) runOptions(ctx context.Context, pod *v1.Pod, ctr *v1.Con
 
 // onStatus records the runtime's view of a pod in its result.
 func (c *containerRoom) onStatus(uid types.UID, s podruntime.PodStatus) {
-	c.record(uid, &RuntimeStatus{ContainersRun: true, Phase: s.Phase, Message: s.Message,
+	c.record(uid, &podresult.RuntimeStatus{ContainersRun: true, Phase: s.Phase, Message: s.Message,
 		SandboxID: s.SandboxID, InitContainerStatuses: s.InitContainerStatuses, ContainerStatuses: s.ContainerStatuses})
 }
 
@@ -154,7 +155,7 @@ func (c *containerRoom) stoppingPods() []*v1.Pod {
 // does.
 func (c *containerRoom) info() RuntimeInfo {
 	if c == nil {
-		return RuntimeInfo{Message: NoContainersMessage}
+		return RuntimeInfo{Message: podresult.NoContainersMessage}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -166,7 +167,7 @@ func (c *containerRoom) info() RuntimeInfo {
 }
 
 // record writes the runtime's view of a pod into its result and publishes it.
-func (c *containerRoom) record(uid types.UID, s *RuntimeStatus) {
+func (c *containerRoom) record(uid types.UID, s *podresult.RuntimeStatus) {
 	a := c.a
 	a.mu.Lock()
 	prev := a.results[uid]
@@ -176,7 +177,7 @@ func (c *containerRoom) record(uid types.UID, s *RuntimeStatus) {
 		return
 	}
 	if !tracked {
-		pod = podOf(prev) // removed, stopping: its result stays until nothing of it runs
+		pod = podresult.PodOf(prev) // removed, stopping: its result stays until nothing of it runs
 	}
 	r := *prev
 	r.Runtime = s

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/internal/containerdtest"
 )
@@ -79,11 +80,11 @@ func BenchmarkAdmissionToRunning(b *testing.B) {
 	}
 	b.Cleanup(plugin.Stop)
 
-	poll := func(what string, cond func(*PodResult) bool, name string) {
+	poll := func(what string, cond func(*podresult.PodResult) bool, name string) {
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			a.mu.Lock()
-			var r *PodResult
+			var r *podresult.PodResult
 			for _, res := range a.results {
 				if res.Name == name {
 					r = res
@@ -112,16 +113,16 @@ func BenchmarkAdmissionToRunning(b *testing.B) {
 		if err := os.Rename(file+".tmp", file); err != nil {
 			b.Fatal(err)
 		}
-		poll("admitted", func(r *PodResult) bool { return r != nil && r.Phase == PhaseAdmitted }, name)
+		poll("admitted", func(r *podresult.PodResult) bool { return r != nil && r.Phase == podresult.PhaseAdmitted }, name)
 		b.StartTimer()
-		poll("running", func(r *PodResult) bool {
+		poll("running", func(r *podresult.PodResult) bool {
 			return r != nil && r.Runtime != nil && r.Runtime.Phase == v1.PodRunning
 		}, name)
 		b.StopTimer()
 		if err := os.Remove(file); err != nil {
 			b.Fatal(err)
 		}
-		poll("removed", func(r *PodResult) bool { return r == nil }, name)
+		poll("removed", func(r *podresult.PodResult) bool { return r == nil }, name)
 		b.StartTimer()
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -138,10 +139,10 @@ func (l *eventLog) started(restored int) {
 }
 
 // podRecorded notes a pod's recorded result; a change of phase makes an event.
-func (l *eventLog) podRecorded(r *PodResult) {
+func (l *eventLog) podRecorded(r *podresult.PodResult) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r.Phase != PhasePending {
+	if r.Phase != podresult.PhasePending {
 		delete(l.waits, r.UID)
 	}
 	l.conflictsRecordedLocked(r)
@@ -151,9 +152,9 @@ func (l *eventLog) podRecorded(r *PodResult) {
 	l.phases[r.UID] = r.Phase
 	e := Event{Pod: r.Namespace + "/" + r.Name}
 	switch r.Phase {
-	case PhaseAdmitted:
+	case podresult.PhaseAdmitted:
 		e.Kind, e.Message = EventAdmitted, "admitted"+devicesSummary(r)
-	case PhasePending:
+	case podresult.PhasePending:
 		e.Kind, e.Message = EventWaiting, r.Message
 		if w, ok := l.waits[r.UID]; ok {
 			// The result's message names the deadline in RFC 3339; the event says it in
@@ -162,7 +163,7 @@ func (l *eventLog) podRecorded(r *PodResult) {
 			e.Resource, e.Deadline = w.Resource, &deadline
 			e.Message = fmt.Sprintf("container %q waits for the device plugin of %s to register", w.Container, w.Resource)
 		}
-	case PhaseRejected:
+	case podresult.PhaseRejected:
 		e.Kind, e.Message = EventRejected, r.Reason+": "+r.Message
 	default:
 		e.Kind, e.Message = r.Phase, r.Message
@@ -170,9 +171,9 @@ func (l *eventLog) podRecorded(r *PodResult) {
 	l.addLocked(e)
 }
 
-// conflictsRecordedLocked makes an event when the pod's conflicts (PodResult.Conflicts)
+// conflictsRecordedLocked makes an event when the pod's conflicts (podresult.PodResult.Conflicts)
 // appear, change or end. Callers hold mu.
-func (l *eventLog) conflictsRecordedLocked(r *PodResult) {
+func (l *eventLog) conflictsRecordedLocked(r *podresult.PodResult) {
 	w := r.ConflictWarning()
 	prev, had := l.conflicts[r.UID]
 	if w == prev {
@@ -197,7 +198,7 @@ func (l *eventLog) conflictsRecordedLocked(r *PodResult) {
 // devicesSummary says how many devices the pod holds, as " with 2 × nvidia.com/gpu": the
 // distinct devices per resource across its containers, since an init container's devices go
 // on to the containers after it.
-func devicesSummary(r *PodResult) string {
+func devicesSummary(r *podresult.PodResult) string {
 	per := map[string]map[string]bool{}
 	var order []string
 	for _, c := range r.Containers {

@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // watchHealth refreshes the device health recorded for pods the manager names on its update
@@ -30,18 +32,18 @@ func (a *Agent) refreshHealth(uid types.UID) {
 	a.mu.Lock()
 	prev := a.results[uid]
 	a.mu.Unlock()
-	if prev == nil || prev.Phase != PhaseAdmitted {
+	if prev == nil || prev.Phase != podresult.PhaseAdmitted {
 		return
 	}
 	r := *prev
-	r.Containers = append([]ContainerResult(nil), prev.Containers...)
+	r.Containers = append([]podresult.ContainerResult(nil), prev.Containers...)
 	a.fillHealth(pod, &r)
 	a.record(pod, &r)
 }
 
 // fillHealth sets each container's AllocatedResourcesStatus from the manager (KEP-4680), and
 // the pod's Conflicts (fillConflicts).
-func (a *Agent) fillHealth(pod *v1.Pod, r *PodResult) {
+func (a *Agent) fillHealth(pod *v1.Pod, r *podresult.PodResult) {
 	status := &v1.PodStatus{}
 	for _, c := range r.Containers {
 		status.ContainerStatuses = append(status.ContainerStatuses, v1.ContainerStatus{Name: c.Name})

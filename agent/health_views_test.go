@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/deviceplugin"
 )
 
@@ -22,7 +23,10 @@ func TestPodResultFollowsPluginDisconnect(t *testing.T) {
 	p := f.plugin("g0", "g1")
 	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	f.manifest("worker", 1)
-	st := f.waitFor(a, "worker admitted", func(st NodeStatus) bool { p := phase(st, "worker"); return p != nil && p.Phase == PhaseAdmitted })
+	st := f.waitFor(a, "worker admitted", func(st NodeStatus) bool {
+		p := phase(st, "worker")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	uid := phase(st, "worker").UID
 	f.waitForResultHealth(a, uid, v1.ResourceHealthStatusHealthy)
 
@@ -40,7 +44,7 @@ func TestPodResultFollowsPluginDisconnect(t *testing.T) {
 // device the health want.
 func (f *fixture) waitForResultHealth(a *Agent, uid types.UID, want v1.ResourceHealthStatus) {
 	f.t.Helper()
-	all := func(r *PodResult) bool {
+	all := func(r *podresult.PodResult) bool {
 		n := 0
 		for _, c := range r.Containers {
 			for _, rs := range c.AllocatedResourcesStatus {
@@ -55,13 +59,13 @@ func (f *fixture) waitForResultHealth(a *Agent, uid types.UID, want v1.ResourceH
 		return n > 0
 	}
 	f.waitFor(a, "the pod's devices "+string(want)+" in /status and its file", func(st NodeStatus) bool {
-		var inStatus *PodResult
+		var inStatus *podresult.PodResult
 		for _, p := range st.Pods {
 			if p.UID == uid {
 				inStatus = p
 			}
 		}
-		files, err := ReadResults(a.cfg.PodsDir())
+		files, err := podresult.ReadDir(a.cfg.PodsDir())
 		if err != nil {
 			f.t.Fatal(err)
 		}

@@ -13,15 +13,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // NodeStatus is what /status serves: the device resources as the kubelet would publish them
 // in the Node's status, and the pods' admission outcomes.
 type NodeStatus struct {
-	Capacity    map[string]int64 `json:"capacity"`
-	Allocatable map[string]int64 `json:"allocatable"`
-	Removed     []string         `json:"removed,omitempty"`
-	Pods        []*PodResult     `json:"pods"`
+	Capacity    map[string]int64       `json:"capacity"`
+	Allocatable map[string]int64       `json:"allocatable"`
+	Removed     []string               `json:"removed,omitempty"`
+	Pods        []*podresult.PodResult `json:"pods"`
 	// Runtime says whether kdm runs the pods' containers, and through which runtime.
 	Runtime RuntimeInfo `json:"runtime"`
 }

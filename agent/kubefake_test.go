@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kdm-project/kdm/agent/internal/apitest"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // podEvent returns the first event of the pod with this reason, or nil.
@@ -193,7 +194,7 @@ func TestResultsMoveToTheirOwnDirectory(t *testing.T) {
 	if err := os.MkdirAll(a.cfg.PodsDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	a.migrateResults()
+	podresult.Migrate(a.log, a.cfg.legacyPodsDir(), a.cfg.PodsDir())
 	moved, err := os.ReadFile(filepath.Join(f.root, "kdm", "pods", "default_old_uid-old.json"))
 	if err != nil || string(moved) != result {
 		t.Fatalf("moved result %q, %v", moved, err)

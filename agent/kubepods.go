@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // kubePodSource admits the pods the API server binds to the node and reports their outcome in
@@ -252,7 +254,7 @@ func (a *Agent) trackedByName(namespace, name string) []types.UID {
 }
 
 // result returns the pod's admission result, or nil while none is recorded.
-func (a *Agent) result(uid types.UID) *PodResult {
+func (a *Agent) result(uid types.UID) *podresult.PodResult {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.results[uid]

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -43,7 +44,7 @@ func TestAPIServerPendingPod(t *testing.T) {
 		return c != nil && c.Status == v1.ConditionFalse && c.Reason == ReasonWaitingForDevicePlugin &&
 			strings.Contains(c.Message, "example.com/gpu") && strings.Contains(c.Message, "until")
 	})
-	if r := phase(a.Status(), "early"); r == nil || r.Phase != PhasePending {
+	if r := phase(a.Status(), "early"); r == nil || r.Phase != podresult.PhasePending {
 		t.Fatalf("/status of the waiting pod: %+v, want Pending", r)
 	}
 	f.plugin("g0", "g1")

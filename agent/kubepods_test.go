@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kdm-project/kdm/agent/internal/apitest"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
@@ -162,7 +163,7 @@ func TestAPIServerPodSource(t *testing.T) {
 		t.Errorf("deleted pod %s still holds %v", first.UID, got)
 	}
 	st := a.Status()
-	if r := phase(st, "again"); r == nil || r.UID != second.UID || r.Phase != PhaseAdmitted {
+	if r := phase(st, "again"); r == nil || r.UID != second.UID || r.Phase != podresult.PhaseAdmitted {
 		t.Errorf("status of the recreated pod: %+v", r)
 	}
 }

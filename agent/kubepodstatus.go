@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kdm-project/kdm/agent/internal/kubeapi"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // Event reasons of the pods kdm admits.
@@ -30,17 +31,17 @@ const (
 // event naming its devices), Pending with the waiting reason for a pod that waits for a
 // device plugin, Failed with the kubelet's reason and message (and a Warning event) for a
 // rejected one.
-func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *PodResult) error {
+func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *podresult.PodResult) error {
 	now := metav1.NewTime(s.a.clock.Now())
 	var status *v1.PodStatus
 	switch {
-	case r.Phase == PhaseAdmitted && r.Runtime != nil && r.Runtime.ContainersRun:
+	case r.Phase == podresult.PhaseAdmitted && r.Runtime != nil && r.Runtime.ContainersRun:
 		status = runtimePodStatus(pod, r, now)
-	case r.Phase == PhaseAdmitted && pod.Status.Phase != v1.PodRunning:
+	case r.Phase == podresult.PhaseAdmitted && pod.Status.Phase != v1.PodRunning:
 		status = admittedStatus(pod, r, now)
-	case r.Phase == PhasePending && pod.Status.Phase == v1.PodPending && !hasWaitingCondition(pod, r):
+	case r.Phase == podresult.PhasePending && pod.Status.Phase == v1.PodPending && !hasWaitingCondition(pod, r):
 		status = pendingStatus(pod, r, now)
-	case r.Phase == PhaseRejected && pod.Status.Phase != v1.PodFailed:
+	case r.Phase == podresult.PhaseRejected && pod.Status.Phase != v1.PodFailed:
 		// The kubelet's rejectPod: the QoS class is kept, everything else replaced.
 		status = &v1.PodStatus{
 			QOSClass: pod.Status.QOSClass,
@@ -100,7 +101,7 @@ func podStatusPatch(pod *v1.Pod, status *v1.PodStatus) ([]byte, error) {
 
 // assignedDevices says which devices each container of r got, as
 // "container main: nvidia.com/gpu GPU-1, GPU-2; container setup: …"; empty without devices.
-func assignedDevices(r *PodResult) string {
+func assignedDevices(r *podresult.PodResult) string {
 	var parts []string
 	for _, c := range r.Containers {
 		devs := c.Devices()
@@ -123,7 +124,7 @@ func assignedDevices(r *PodResult) string {
 // Pending, with a PodReadyToStartContainers condition False that gives the reason, the
 // resource and the deadline, Ready and ContainersReady False, and every container waiting
 // with that reason (which `kubectl get pods` shows as the pod's status).
-func pendingStatus(pod *v1.Pod, r *PodResult, now metav1.Time) *v1.PodStatus {
+func pendingStatus(pod *v1.Pod, r *podresult.PodResult, now metav1.Time) *v1.PodStatus {
 	st := pod.Status.DeepCopy()
 	setPodCondition(st, v1.PodCondition{Type: v1.PodReadyToStartContainers, Status: v1.ConditionFalse,
 		Reason: r.Reason, Message: r.Message}, now)
@@ -146,7 +147,7 @@ func pendingStatus(pod *v1.Pod, r *PodResult, now metav1.Time) *v1.PodStatus {
 }
 
 // hasWaitingCondition reports whether the pod's status already says what r says.
-func hasWaitingCondition(pod *v1.Pod, r *PodResult) bool {
+func hasWaitingCondition(pod *v1.Pod, r *podresult.PodResult) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == v1.PodReadyToStartContainers && c.Status == v1.ConditionFalse && c.Reason == r.Reason && c.Message == r.Message {
 			return true
@@ -160,7 +161,7 @@ func hasWaitingCondition(pod *v1.Pod, r *PodResult) bool {
 // terminated (exit code 0, Completed), its app containers and sidecars running, started and
 // ready since now, each with the health of its devices. An embedder with a runtime reports
 // its own states.
-func admittedStatus(pod *v1.Pod, r *PodResult, now metav1.Time) *v1.PodStatus {
+func admittedStatus(pod *v1.Pod, r *podresult.PodResult, now metav1.Time) *v1.PodStatus {
 	st := pod.Status.DeepCopy()
 	st.Phase = v1.PodRunning
 	st.Reason, st.Message = "", ""
@@ -215,7 +216,7 @@ func setPodCondition(st *v1.PodStatus, want v1.PodCondition, now metav1.Time) {
 // runtimePodStatus is the status of an admitted pod whose containers run through the container
 // runtime: the phase and container states the runtime reports, each container with the health
 // of its devices, and the conditions they give (no probes: a running container is ready).
-func runtimePodStatus(pod *v1.Pod, r *PodResult, now metav1.Time) *v1.PodStatus {
+func runtimePodStatus(pod *v1.Pod, r *podresult.PodResult, now metav1.Time) *v1.PodStatus {
 	rs := r.Runtime
 	st := pod.Status.DeepCopy()
 	st.Phase = rs.Phase
@@ -269,10 +270,10 @@ func runtimePodStatus(pod *v1.Pod, r *PodResult, now metav1.Time) *v1.PodStatus 
 
 // initContainersDone reports whether every regular init container of the pod exited 0 and
 // every sidecar started; if not, it names those that did not, as "[a b]".
-func initContainersDone(pod *v1.Pod, rs *RuntimeStatus) (bool, string) {
+func initContainersDone(pod *v1.Pod, rs *podresult.RuntimeStatus) (bool, string) {
 	var pending []string
 	for _, c := range pod.Spec.InitContainers {
-		cs, ok := rs.containerStatus(c.Name, true)
+		cs, ok := rs.ContainerStatus(c.Name, true)
 		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 		switch {
 		case !ok:

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kdm-project/kdm/agent/manifests"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // FuzzManifestResult feeds arbitrary bytes, and the seeds of the manifest package's
@@ -27,7 +28,7 @@ func FuzzManifestResult(f *testing.F) {
 			return
 		}
 		dir := "/var/lib/kdm/pods"
-		if p := resultPath(dir, pod); filepath.Dir(p) != dir {
+		if p := podresult.Path(dir, pod); filepath.Dir(p) != dir {
 			t.Fatalf("result path %s escapes %s", p, dir)
 		}
 		for _, c := range allContainers(pod) {

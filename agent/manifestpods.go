@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kdm-project/kdm/agent/manifests"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // manifestPods is the agent as the manifest directory source sees it (manifests.Pods): the
@@ -45,7 +46,7 @@ func (m manifestPods) RestoredByName() map[string][]types.UID {
 	defer a.mu.Unlock()
 	out := map[string][]types.UID{}
 	for uid, r := range a.results {
-		if r.Phase == PhaseAdmitted || r.Phase == PhasePending {
+		if r.Phase == podresult.PhaseAdmitted || r.Phase == podresult.PhasePending {
 			key := r.Namespace + "/" + r.Name
 			out[key] = append(out[key], uid)
 		}
@@ -87,7 +88,7 @@ func (m manifestPods) Track(ctx context.Context, mp manifests.Pod) (<-chan struc
 	a.pods[pod.UID] = pod
 	a.podSource[pod.UID] = sourceManifests
 	a.mu.Unlock()
-	result := &PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: PhaseRejected,
+	result := &podresult.PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: podresult.PhaseRejected,
 		Reason: ReasonInvalidPod, Message: mp.Invalid.Error()}
 	a.log.Info("Pod rejected", "pod", klog.KObj(pod), "podUID", pod.UID, "path", mp.Path,
 		"reason", result.Reason, "message", result.Message)

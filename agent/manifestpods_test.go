@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 func manifestBody(name, uid string, gpus int) string {
@@ -82,14 +84,17 @@ func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
 	}
 	good := manifestBody("keep", "uid-keep", 1)
 	write("keep.yaml", good)
-	f.waitFor(a, "keep admitted", func(st NodeStatus) bool { p := phase(st, "keep"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "keep admitted", func(st NodeStatus) bool {
+		p := phase(st, "keep")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	devices := a.Manager().GetDevices("uid-keep", "main")["example.com/gpu"]
 	if len(devices) != 1 {
 		t.Fatalf("keep holds %v", devices)
 	}
 	write("keep.yaml", strings.Replace(good, "gpu: 1", "gpu: 0.5", 1))
 	st := f.waitFor(a, "keep warned", func(st NodeStatus) bool { p := phase(st, "keep"); return p != nil && p.Warning != "" })
-	if p := phase(st, "keep"); p.Phase != PhaseAdmitted || !strings.Contains(p.Warning, "invalid") || !strings.Contains(p.Warning, "example.com/gpu") {
+	if p := phase(st, "keep"); p.Phase != podresult.PhaseAdmitted || !strings.Contains(p.Warning, "invalid") || !strings.Contains(p.Warning, "example.com/gpu") {
 		t.Fatalf("keep after the invalid edit: %+v", p)
 	}
 	if got := a.Manager().GetDevices("uid-keep", "main")["example.com/gpu"]; fmt.Sprint(got) != fmt.Sprint(devices) {
@@ -98,11 +103,11 @@ func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
 	write("keep.yaml", good)
 	f.waitFor(a, "warning cleared", func(st NodeStatus) bool {
 		p := phase(st, "keep")
-		return p != nil && p.Warning == "" && p.Phase == PhaseAdmitted
+		return p != nil && p.Warning == "" && p.Phase == podresult.PhaseAdmitted
 	})
 
 	write("neg.yaml", strings.Replace(manifestBody("neg", "uid-neg", 1), "gpu: 1", "gpu: -1", 1))
-	st = f.waitFor(a, "neg rejected", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == PhaseRejected })
+	st = f.waitFor(a, "neg rejected", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == podresult.PhaseRejected })
 	if p := phase(st, "neg"); p.Reason != ReasonInvalidPod || !strings.Contains(p.Message, "limits[example.com/gpu]") {
 		t.Fatalf("neg: %+v", p)
 	}
@@ -111,7 +116,7 @@ func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
 	}
 	// Fixed under the same UID, the pod is judged again and admitted.
 	write("neg.yaml", manifestBody("neg", "uid-neg", 1))
-	f.waitFor(a, "neg admitted once fixed", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "neg admitted once fixed", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == podresult.PhaseAdmitted })
 }
 
 // TestManifestPathMissingIsWatched: a --pod-manifest-path that does not exist is logged at start
@@ -142,7 +147,10 @@ func TestManifestPathMissingIsWatched(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(missing, "late.yaml"), []byte(manifestBody("late", "uid-late", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "late admitted", func(st NodeStatus) bool { p := phase(st, "late"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "late admitted", func(st NodeStatus) bool {
+		p := phase(st, "late")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	f.waitLog(logs, "Pod manifest path appeared; admitting its pods")
 	if n := strings.Count(logs(), "Pod manifest path does not exist"); n != 1 {
 		t.Fatalf("the missing path was logged %d times, want once", n)
@@ -174,7 +182,10 @@ func TestManifestHalfWrittenIsNotReported(t *testing.T) {
 	if err := file.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "copied admitted", func(st NodeStatus) bool { p := phase(st, "copied"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "copied admitted", func(st NodeStatus) bool {
+		p := phase(st, "copied")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	if strings.Contains(logs(), "Skipped pod manifest") {
 		t.Fatalf("the half-written manifest was reported:\n%s", logs())
 	}
@@ -218,7 +229,10 @@ func TestManifestValidPrefixIsNotAdmitted(t *testing.T) {
 
 	// 60 ms: past the 20 ms event coalescing, within manifestDebounce.
 	writeInTwoParts(t, filepath.Join(f.pods, "prefix.yaml"), manifestBody("prefix", "uid-prefix", 1), 60*time.Millisecond)
-	st := f.waitFor(a, "prefix admitted", func(st NodeStatus) bool { p := phase(st, "prefix"); return p != nil && p.Phase == PhaseAdmitted })
+	st := f.waitFor(a, "prefix admitted", func(st NodeStatus) bool {
+		p := phase(st, "prefix")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	p := phase(st, "prefix")
 	if got := a.Manager().GetDevices(string(p.UID), "main")["example.com/gpu"]; len(got) != 1 || p.Warning != "" {
 		t.Fatalf("prefix holds %v with warning %q; want 1 device and no warning (the half-written version was admitted)", got, p.Warning)
@@ -238,7 +252,10 @@ func TestRestartWhileAManifestIsRewritten(t *testing.T) {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "keeper admitted", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "keeper admitted", func(st NodeStatus) bool {
+		p := phase(st, "keeper")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	before := fmt.Sprint(a.Manager().GetDevices("uid-keeper", "main"))
 	stop()
 
@@ -252,7 +269,10 @@ func TestRestartWhileAManifestIsRewritten(t *testing.T) {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(b, "keeper restored", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(b, "keeper restored", func(st NodeStatus) bool {
+		p := phase(st, "keeper")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	if after := fmt.Sprint(b.Manager().GetDevices("uid-keeper", "main")); after != before {
 		t.Fatalf("keeper held %s before the restart, %s after", before, after)
 	}
@@ -274,19 +294,25 @@ func TestRunningPodRewrittenInPlaceQuietly(t *testing.T) {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "steady admitted", func(st NodeStatus) bool { p := phase(st, "steady"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "steady admitted", func(st NodeStatus) bool {
+		p := phase(st, "steady")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	before := fmt.Sprint(a.Manager().GetDevices("uid-steady", "main"))
 
 	writeInTwoParts(t, path, body, 60*time.Millisecond)
 	// A pod written after the rewrite is judged with it or later, once the directory settles:
 	// when it is admitted, the rewritten file has been judged too.
 	f.manifest("marker", 1)
-	f.waitFor(a, "marker admitted", func(st NodeStatus) bool { p := phase(st, "marker"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "marker admitted", func(st NodeStatus) bool {
+		p := phase(st, "marker")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	if strings.Contains(logs(), "Pod's source changed") {
 		t.Fatalf("the half-written version was judged:\n%s", logs())
 	}
 	st := a.Status()
-	if p := phase(st, "steady"); p == nil || p.Phase != PhaseAdmitted || p.Warning != "" {
+	if p := phase(st, "steady"); p == nil || p.Phase != podresult.PhaseAdmitted || p.Warning != "" {
 		t.Fatalf("steady after the rewrite: %+v", p)
 	}
 	if after := fmt.Sprint(a.Manager().GetDevices("uid-steady", "main")); after != before {
@@ -319,7 +345,7 @@ func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
 	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st := f.waitFor(a, "a admitted", func(st NodeStatus) bool { p := phase(st, "a"); return p != nil && p.Phase == PhaseAdmitted })
+	st := f.waitFor(a, "a admitted", func(st NodeStatus) bool { p := phase(st, "a"); return p != nil && p.Phase == podresult.PhaseAdmitted })
 	running := phase(st, "a").UID
 	before := fmt.Sprint(a.Manager().GetDevices(string(running), "main"))
 
@@ -332,7 +358,7 @@ func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
 	}
 	f.manifest("b", 2)
 	// b is judged once the directory settles; the half is as old by then, its writer open.
-	f.waitFor(a, "b decided", func(st NodeStatus) bool { p := phase(st, "b"); return p != nil && p.Phase != PhasePending })
+	f.waitFor(a, "b decided", func(st NodeStatus) bool { p := phase(st, "b"); return p != nil && p.Phase != podresult.PhasePending })
 	time.Sleep(300 * time.Millisecond) // the writer pauses
 	if _, err := w.WriteString(full[len(validHalf(full)):]); err != nil {
 		t.Fatal(err)
@@ -341,14 +367,17 @@ func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.manifest("marker", 0)
-	st = f.waitFor(a, "marker admitted", func(st NodeStatus) bool { p := phase(st, "marker"); return p != nil && p.Phase == PhaseAdmitted })
-	if p := phase(st, "a"); p == nil || p.UID != running || p.Phase != PhaseAdmitted {
+	st = f.waitFor(a, "marker admitted", func(st NodeStatus) bool {
+		p := phase(st, "marker")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
+	if p := phase(st, "a"); p == nil || p.UID != running || p.Phase != podresult.PhaseAdmitted {
 		t.Fatalf("a after the slow rewrite: %+v, want %s admitted", p, running)
 	}
 	if after := fmt.Sprint(a.Manager().GetDevices(string(running), "main")); after != before {
 		t.Fatalf("a held %s, now %s", before, after)
 	}
-	if p := phase(st, "b"); p.Phase != PhaseRejected {
+	if p := phase(st, "b"); p.Phase != podresult.PhaseRejected {
 		t.Fatalf("b asked for the 2 devices a holds and is %s %q", p.Phase, p.Message)
 	}
 	if strings.Contains(logs(), "devices released") {
@@ -364,13 +393,16 @@ func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.manifest("marker2", 0)
-	st = f.waitFor(a, "marker2 admitted", func(st NodeStatus) bool { p := phase(st, "marker2"); return p != nil && p.Phase == PhaseAdmitted })
+	st = f.waitFor(a, "marker2 admitted", func(st NodeStatus) bool {
+		p := phase(st, "marker2")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	if p := phase(st, "a"); p == nil || p.UID != running {
 		t.Fatalf("a right after its replacement: %+v, want %s until the replacement settles", p, running)
 	}
 	st = f.waitFor(a, "a replaced", func(st NodeStatus) bool {
 		p := phase(st, "a")
-		return p != nil && p.UID != running && p.Phase == PhaseAdmitted
+		return p != nil && p.UID != running && p.Phase == podresult.PhaseAdmitted
 	})
 	if got := a.Manager().GetDevices(string(phase(st, "a").UID), "main")["example.com/gpu"]; len(got) != 1 {
 		t.Fatalf("the replacement holds %v, want 1 device", got)
@@ -392,7 +424,10 @@ func TestRestartWhileAHalfManifestIsOnDisk(t *testing.T) {
 	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st := f.waitFor(a, "keeper admitted", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	st := f.waitFor(a, "keeper admitted", func(st NodeStatus) bool {
+		p := phase(st, "keeper")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	running := phase(st, "keeper").UID
 	before := fmt.Sprint(a.Manager().GetDevices(string(running), "main"))
 	stop()
@@ -403,12 +438,18 @@ func TestRestartWhileAHalfManifestIsOnDisk(t *testing.T) {
 	b, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
 	// A pod written after the restart is judged once the directory settles, the half with it.
 	f.manifest("marker", 0)
-	f.waitFor(b, "marker admitted", func(st NodeStatus) bool { p := phase(st, "marker"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(b, "marker admitted", func(st NodeStatus) bool {
+		p := phase(st, "marker")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f.waitFor(b, "ready", func(NodeStatus) bool { return b.ready.Load() })
-	st = f.waitFor(b, "keeper restored", func(st NodeStatus) bool { p := phase(st, "keeper"); return p != nil && p.Phase == PhaseAdmitted })
+	st = f.waitFor(b, "keeper restored", func(st NodeStatus) bool {
+		p := phase(st, "keeper")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	if p := phase(st, "keeper"); p.UID != running {
 		t.Fatalf("keeper after the restart: %+v, want %s", p, running)
 	}

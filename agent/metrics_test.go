@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // TestAdmissionMetrics: kdm_admissions_total counts each admission's outcome once: a pod
@@ -20,9 +22,15 @@ func TestAdmissionMetrics(t *testing.T) {
 	f.plugin("g0", "g1")
 	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	f.manifest("fits", 2)
-	f.waitFor(a, "fits admitted", func(st NodeStatus) bool { p := phase(st, "fits"); return p != nil && p.Phase == PhaseAdmitted })
+	f.waitFor(a, "fits admitted", func(st NodeStatus) bool {
+		p := phase(st, "fits")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	f.manifest("nofit", 1)
-	f.waitFor(a, "nofit rejected", func(st NodeStatus) bool { p := phase(st, "nofit"); return p != nil && p.Phase == PhaseRejected })
+	f.waitFor(a, "nofit rejected", func(st NodeStatus) bool {
+		p := phase(st, "nofit")
+		return p != nil && p.Phase == podresult.PhaseRejected
+	})
 	bad := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: Bad_Name\nspec:\n  containers:\n  - name: main\n    image: x\n"
 	if err := os.WriteFile(filepath.Join(f.pods, "bad.yaml"), []byte(bad), 0o600); err != nil {
 		t.Fatal(err)

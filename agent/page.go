@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -156,7 +157,7 @@ func (a *Agent) PageState() PageState {
 	for uid, p := range a.pods {
 		names[uid] = p.Namespace + "/" + p.Name
 	}
-	results := make([]*PodResult, 0, len(a.results))
+	results := make([]*podresult.PodResult, 0, len(a.results))
 	for uid, r := range a.results {
 		names[uid] = r.Namespace + "/" + r.Name
 		results = append(results, r)
@@ -228,10 +229,10 @@ func (a *Agent) pageResources(views []devicemanager.ResourceView, capacity, allo
 }
 
 // pagePod converts a pod's result for the page.
-func (a *Agent) pagePod(r *PodResult, now time.Time) PagePod {
+func (a *Agent) pagePod(r *podresult.PodResult, now time.Time) PagePod {
 	p := PagePod{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Phase: r.Phase, Reason: r.Reason,
 		Message: r.Message, Warning: joinWarnings(r.Warning, r.ConflictWarning()), Updated: r.Updated}
-	if r.Phase == PhasePending {
+	if r.Phase == podresult.PhasePending {
 		if w, ok := a.events.waitOf(r.UID); ok {
 			p.Waiting = &PageWait{Container: w.Container, Resource: w.Resource, Deadline: w.Deadline.UTC(),
 				RemainingMs: max(w.Deadline.Sub(now).Milliseconds(), 0)}
@@ -245,8 +246,8 @@ func (a *Agent) pagePod(r *PodResult, now time.Time) PagePod {
 		if devs := c.Devices(); len(devs) > 0 {
 			pc.Devices = devs
 		}
-		pc.Unhealthy = c.unhealthyDevices()
-		if cs, ok := r.Runtime.containerStatus(c.Name, c.Init); ok {
+		pc.Unhealthy = c.UnhealthyDevices()
+		if cs, ok := r.Runtime.ContainerStatus(c.Name, c.Init); ok {
 			pc.State, pc.RestartCount = containerStateText(cs.State), cs.RestartCount
 		}
 		p.Containers = append(p.Containers, pc)

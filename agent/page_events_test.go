@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 )
@@ -15,12 +16,12 @@ import (
 // name order.
 func TestAdmittedEventCountsDistinctDevices(t *testing.T) {
 	l := newEventLog(time.Now)
-	gpus := []Allocation{{Resource: "nvidia.com/gpu", DeviceIDs: checkpoint.DevicesPerNUMA{0: {"GPU-0", "GPU-1"}}}}
-	r := &PodResult{Namespace: "ml", Name: "training", UID: types.UID("u1"), Phase: PhaseAdmitted,
-		Containers: []ContainerResult{
+	gpus := []podresult.Allocation{{Resource: "nvidia.com/gpu", DeviceIDs: checkpoint.DevicesPerNUMA{0: {"GPU-0", "GPU-1"}}}}
+	r := &podresult.PodResult{Namespace: "ml", Name: "training", UID: types.UID("u1"), Phase: podresult.PhaseAdmitted,
+		Containers: []podresult.ContainerResult{
 			{Name: "setup", Init: true, Allocations: gpus},
 			{Name: "train", Allocations: append(gpus,
-				Allocation{Resource: "example.com/nic", DeviceIDs: checkpoint.DevicesPerNUMA{-1: {"nic-a"}}})},
+				podresult.Allocation{Resource: "example.com/nic", DeviceIDs: checkpoint.DevicesPerNUMA{-1: {"nic-a"}}})},
 		}}
 	l.podRecorded(r)
 	ev := l.recent()
@@ -38,7 +39,7 @@ func TestWaitingEventHasDeadline(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	l := newEventLog(func() time.Time { return now })
 	deadline := now.Add(5 * time.Minute)
-	r := &PodResult{Namespace: "ns", Name: "p", UID: types.UID("u1"), Phase: PhasePending,
+	r := &podresult.PodResult{Namespace: "ns", Name: "p", UID: types.UID("u1"), Phase: podresult.PhasePending,
 		Message: "container \"main\" waits for the device plugin of example.com/gpu to register, until " +
 			deadline.Format(time.RFC3339) + " at the latest"}
 	l.podWaiting(r.UID, "main", "example.com/gpu", deadline)
@@ -65,7 +66,7 @@ func TestPageStateFreeAndPolicy(t *testing.T) {
 	f.manifest("one", 1)
 	f.waitFor(a, "the pod admitted", func(st NodeStatus) bool {
 		r := phase(st, "one")
-		return r != nil && r.Phase == PhaseAdmitted && len(devicesOf(r)) == 1
+		return r != nil && r.Phase == podresult.PhaseAdmitted && len(devicesOf(r)) == 1
 	})
 	st := a.PageState()
 	if st.Policy != devicemanager.KDMPolicyName {

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -131,7 +132,7 @@ func TestStatusPageStreamsPluginLifecycle(t *testing.T) {
 	f.manifest("holder", 2)
 	f.waitFor(a, "pod admitted", func(st NodeStatus) bool {
 		r := phase(st, "holder")
-		return r != nil && r.Phase == PhaseAdmitted
+		return r != nil && r.Phase == podresult.PhaseAdmitted
 	})
 	srv := pageServer(t, a)
 	s := openStream(t, srv)
@@ -154,7 +155,7 @@ func TestStatusPageStreamsPluginLifecycle(t *testing.T) {
 			t.Errorf("timeline lacks a %s event for %q: %+v", want[0], want[1], st.Events)
 		}
 	}
-	if len(st.Pods) != 1 || st.Pods[0].Phase != PhaseAdmitted || len(st.Pods[0].Containers[0].Devices["example.com/gpu"]) != 2 {
+	if len(st.Pods) != 1 || st.Pods[0].Phase != podresult.PhaseAdmitted || len(st.Pods[0].Containers[0].Devices["example.com/gpu"]) != 2 {
 		t.Errorf("pods = %+v, want default/holder admitted with 2 devices", st.Pods)
 	}
 
@@ -232,7 +233,7 @@ func TestStatusPageServesAssets(t *testing.T) {
 func TestStatusPageEventLog(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	l := newEventLog(func() time.Time { return now })
-	r := &PodResult{Namespace: "ns", Name: "p", UID: types.UID("u1"), Phase: PhasePending, Message: "waits"}
+	r := &podresult.PodResult{Namespace: "ns", Name: "p", UID: types.UID("u1"), Phase: podresult.PhasePending, Message: "waits"}
 	l.podWaiting(r.UID, "main", "example.com/gpu", now.Add(time.Minute))
 	l.podRecorded(r)
 	l.podRecorded(r) // a repeated phase (a health refresh) adds nothing
@@ -240,7 +241,7 @@ func TestStatusPageEventLog(t *testing.T) {
 		t.Errorf("waitOf = %+v, %v; want the noted wait", w, ok)
 	}
 	admitted := *r
-	admitted.Phase = PhaseAdmitted
+	admitted.Phase = podresult.PhaseAdmitted
 	l.podRecorded(&admitted)
 	if _, ok := l.waitOf(r.UID); ok {
 		t.Error("an admitted pod still has a wait")
@@ -319,7 +320,7 @@ func TestStatusPageWaitingPod(t *testing.T) {
 	f.manifest("early", 1)
 	s := openStream(t, pageServer(t, a))
 	st := s.next("the pod waiting for example.com/gpu", 10*time.Second, func(st PageState) bool {
-		return len(st.Pods) == 1 && st.Pods[0].Phase == PhasePending && st.Pods[0].Waiting != nil
+		return len(st.Pods) == 1 && st.Pods[0].Phase == podresult.PhasePending && st.Pods[0].Waiting != nil
 	})
 	w := st.Pods[0].Waiting
 	timeout := devicemanager.KDMPolicy().DeferAdmissionTimeout
@@ -331,7 +332,7 @@ func TestStatusPageWaitingPod(t *testing.T) {
 	}
 	f.plugin("g0")
 	st = s.next("the pod admitted once the plugin registered", 10*time.Second, func(st PageState) bool {
-		return len(st.Pods) == 1 && st.Pods[0].Phase == PhaseAdmitted
+		return len(st.Pods) == 1 && st.Pods[0].Phase == podresult.PhaseAdmitted
 	})
 	if st.Pods[0].Waiting != nil {
 		t.Errorf("an admitted pod still shows a wait: %+v", st.Pods[0].Waiting)

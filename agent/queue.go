@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // admission is one pod's admission in flight.
@@ -104,7 +106,7 @@ func (a *Agent) markPending(podUID, container, resource string) {
 	}
 	timeout := a.manager.Policy().DeferAdmissionTimeout
 	deadline := a.clock.Now().Add(timeout).UTC().Truncate(time.Second)
-	r := &PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: PhasePending,
+	r := &podresult.PodResult{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Phase: podresult.PhasePending,
 		Reason: ReasonWaitingForDevicePlugin,
 		Message: fmt.Sprintf("container %q waits for the device plugin of %s to register, until %s at the latest",
 			container, resource, deadline.Format(time.RFC3339)),
@@ -121,7 +123,7 @@ func (a *Agent) pendingPods() int {
 	defer a.mu.Unlock()
 	n := 0
 	for _, r := range a.results {
-		if r.Phase == PhasePending {
+		if r.Phase == podresult.PhasePending {
 			n++
 		}
 	}
@@ -133,7 +135,7 @@ func (a *Agent) admittedBefore(uid types.UID) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := a.results[uid]
-	return r != nil && r.Phase == PhaseAdmitted
+	return r != nil && r.Phase == podresult.PhaseAdmitted
 }
 
 // restoredUnseen reports whether a pod with this UID was admitted, or was waiting for a device
@@ -146,7 +148,7 @@ func (a *Agent) restoredUnseen(uid types.UID) bool {
 		return false
 	}
 	r := a.results[uid]
-	return r != nil && (r.Phase == PhaseAdmitted || r.Phase == PhasePending)
+	return r != nil && (r.Phase == podresult.PhaseAdmitted || r.Phase == podresult.PhasePending)
 }
 
 // runningFirst orders the pods admitted by an earlier run before the others, keeping the

@@ -9,6 +9,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // A pod's device requests cannot change while it runs: the kubelet re-admits nothing, and a
@@ -34,8 +36,8 @@ func admittedRequestsOf(pod *v1.Pod) containerRequests {
 
 // resultRequests lists the device requests an admission result recorded, or nil if the result
 // recorded no containers.
-func resultRequests(r *PodResult) containerRequests {
-	if r == nil || r.Phase != PhaseAdmitted || len(r.Containers) == 0 {
+func resultRequests(r *podresult.PodResult) containerRequests {
+	if r == nil || r.Phase != podresult.PhaseAdmitted || len(r.Containers) == 0 {
 		return nil
 	}
 	out := containerRequests{}
@@ -109,7 +111,7 @@ func withRequests(pod *v1.Pod, admitted containerRequests) *v1.Pod {
 // keepAdmittedRequests returns the pod to admit given its result from before a restart: the
 // pod itself when it asks for what was admitted (or nothing was), and otherwise a copy set back
 // to the admitted requests, annotated with the warning, which is also logged.
-func (a *Agent) keepAdmittedRequests(pod *v1.Pod, prev *PodResult) *v1.Pod {
+func (a *Agent) keepAdmittedRequests(pod *v1.Pod, prev *podresult.PodResult) *v1.Pod {
 	if _, set := pod.Annotations[keptRequestsAnnotation]; set {
 		pod = pod.DeepCopy()
 		delete(pod.Annotations, keptRequestsAnnotation)
@@ -139,7 +141,7 @@ func (a *Agent) noteKept(pod *v1.Pod, warning string) {
 	a.mu.Lock()
 	r := a.results[pod.UID]
 	a.mu.Unlock()
-	if r == nil || r.Phase != PhaseAdmitted || r.Warning == warning {
+	if r == nil || r.Phase != podresult.PhaseAdmitted || r.Warning == warning {
 		return
 	}
 	if warning == "" {

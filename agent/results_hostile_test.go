@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // TestUnusableResultsAreReported: pod results that cannot be used (not JSON, no UID, a FIFO, a
@@ -33,8 +35,8 @@ func TestUnusableResultsAreReported(t *testing.T) {
 	_, logs := f.runLogged(Config{PodManifestPath: f.pods})
 	f.waitLog(logs, "Skipped a pod result that cannot be used",
 		"garbage.json", "nouid.json: no pod UID", "fifo.json: not a regular file (a named pipe)", "link.json")
-	results, err := ReadResults(pods)
+	results, err := podresult.ReadDir(pods)
 	if err != nil || len(results) != 1 || results["uid-good"] == nil {
-		t.Fatalf("ReadResults = %v, %v; want only the good result", results, err)
+		t.Fatalf("ReadDir = %v, %v; want only the good result", results, err)
 	}
 }

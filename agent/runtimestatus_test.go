@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // TestAdmissionOnlySaysNoContainersRun: without a container runtime, the pod result, /status
@@ -16,7 +18,10 @@ func TestAdmissionOnlySaysNoContainersRun(t *testing.T) {
 	f.plugin("g0")
 	f.waitFor(a, "1 device", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 1 })
 	f.manifest("only", 1)
-	st := f.waitFor(a, "only admitted", func(st NodeStatus) bool { p := phase(st, "only"); return p != nil && p.Phase == PhaseAdmitted })
+	st := f.waitFor(a, "only admitted", func(st NodeStatus) bool {
+		p := phase(st, "only")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 
 	says := func(where string, containersRun bool, message string) {
 		t.Helper()
@@ -33,7 +38,7 @@ func TestAdmissionOnlySaysNoContainersRun(t *testing.T) {
 	}
 	says("the pod result", r.Runtime.ContainersRun, r.Runtime.Message)
 
-	b, err := os.ReadFile(resultPath(filepath.Join(f.root, "kdm", "pods"), podOf(r)))
+	b, err := os.ReadFile(podresult.Path(filepath.Join(f.root, "kdm", "pods"), podresult.PodOf(r)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // rawStream reads an /api/stream response on a raw connection and keeps its events' data
@@ -133,7 +135,7 @@ func TestHTTPStreams(t *testing.T) {
 	f.manifest("during", 1)
 	f.waitFor(a, "the pod admitted while streams stall", func(st NodeStatus) bool {
 		r := phase(st, "during")
-		return r != nil && r.Phase == PhaseAdmitted
+		return r != nil && r.Phase == podresult.PhaseAdmitted
 	})
 	admitted := []string{`"name":"during"`, `"phase":"Admitted"`}
 	until(t, "both readers sent the same state showing the pod admitted", func() bool {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // TestRacingManifestsSameWinner: three manifests asking 3 of the 8 GPUs each are moved in at
@@ -36,9 +37,9 @@ func TestRacingManifestsSameWinner(t *testing.T) {
 			return decided("race-a")(st) && decided("race-b")(st) && decided("race-c")(st)
 		})
 		for _, name := range names {
-			want := agent.PhaseAdmitted
+			want := podresult.PhaseAdmitted
 			if name == "race-c" {
-				want = agent.PhaseRejected
+				want = podresult.PhaseRejected
 			}
 			if got := pod(st, name).Phase; got != want {
 				t.Fatalf("run %d (order %v): %s is %s, want %s", run, orders[run%len(orders)], name, got, want)
@@ -79,12 +80,12 @@ func TestWaitingPodHoldsUpNothingElse(t *testing.T) {
 	kdm := restartWithoutPlugin(t, n)
 	st := n.eventually("waiter pending", func(st agent.NodeStatus) bool {
 		p := pod(st, "waiter")
-		return p != nil && p.Phase == agent.PhasePending
+		return p != nil && p.Phase == podresult.PhasePending
 	})
 	if msg := pod(st, "waiter").Message; !strings.Contains(msg, "nvidia.com/gpu") || !strings.Contains(msg, "until") {
 		t.Fatalf("pending message %q does not name the resource and the deadline", msg)
 	}
-	if r := n.resultOf("waiter"); r == nil || r.Phase != agent.PhasePending || r.Reason != agent.ReasonWaitingForDevicePlugin {
+	if r := n.resultOf("waiter"); r == nil || r.Phase != podresult.PhasePending || r.Reason != agent.ReasonWaitingForDevicePlugin {
 		t.Fatalf("pods/*.json of waiter: %+v, want Pending with reason %s", r, agent.ReasonWaitingForDevicePlugin)
 	}
 	if v := n.metric("kdm_admission_pending_pods"); v != "1" {
@@ -96,7 +97,7 @@ func TestWaitingPodHoldsUpNothingElse(t *testing.T) {
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		if st, ok := n.status(); ok {
-			if p := pod(st, "nodev"); p != nil && p.Phase == agent.PhaseAdmitted && pod(st, "old") == nil {
+			if p := pod(st, "nodev"); p != nil && p.Phase == podresult.PhaseAdmitted && pod(st, "old") == nil {
 				kdm.terminate(t)
 				return
 			}
@@ -116,11 +117,11 @@ func TestWaitingPodRejectedWhenResourceRemoved(t *testing.T) {
 	kdm := restartWithoutPlugin(t, n, "--grace-period", "3s", "--defer-admission-timeout", "10m")
 	n.eventually("waiter pending", func(st agent.NodeStatus) bool {
 		p := pod(st, "waiter")
-		return p != nil && p.Phase == agent.PhasePending
+		return p != nil && p.Phase == podresult.PhasePending
 	})
 	st := n.eventually("waiter rejected", func(st agent.NodeStatus) bool {
 		p := pod(st, "waiter")
-		return p != nil && p.Phase == agent.PhaseRejected
+		return p != nil && p.Phase == podresult.PhaseRejected
 	})
 	if msg := pod(st, "waiter").Message; !strings.Contains(msg, "grace period") {
 		t.Fatalf("rejection %q does not say the resource was removed", msg)
@@ -146,13 +147,13 @@ func TestUnregisteredResourceWaitsAtStartup(t *testing.T) {
 		n.placeManifest("typo.yaml", podManifest("typo", uidOf("typo"), "      limits:\n        example.com/never: 1\n"))
 		n.eventually("early pending", func(st agent.NodeStatus) bool {
 			p := pod(st, "early")
-			return p != nil && p.Phase == agent.PhasePending
+			return p != nil && p.Phase == podresult.PhasePending
 		})
 		n.startPlugin()
 		n.eventually("early admitted with its GPU", admitted("early", 1))
 		n.eventually("typo admitted when the window ends", func(st agent.NodeStatus) bool {
 			p := pod(st, "typo")
-			return p != nil && p.Phase == agent.PhaseAdmitted
+			return p != nil && p.Phase == podresult.PhaseAdmitted
 		})
 		if logCount(t, kdm, "Warning", "no device plugin has registered", "example.com/never") == 0 {
 			t.Fatalf("no warning names example.com/never")
@@ -165,7 +166,7 @@ func TestUnregisteredResourceWaitsAtStartup(t *testing.T) {
 		n.writePod("early", 1)
 		st := n.eventually("early admitted at once", func(st agent.NodeStatus) bool {
 			p := pod(st, "early")
-			return p != nil && p.Phase == agent.PhaseAdmitted
+			return p != nil && p.Phase == podresult.PhaseAdmitted
 		})
 		if len(visible(pod(st, "early"))) != 0 {
 			t.Fatalf("kubelet policy gave early %v before any plugin registered", visible(pod(st, "early")))
@@ -175,9 +176,9 @@ func TestUnregisteredResourceWaitsAtStartup(t *testing.T) {
 }
 
 // resultOf reads the named pod's pods/*.json.
-func (n *node) resultOf(name string) *agent.PodResult {
+func (n *node) resultOf(name string) *podresult.PodResult {
 	n.t.Helper()
-	results, err := agent.ReadResults(resultsDir(n.rootDir))
+	results, err := podresult.ReadDir(resultsDir(n.rootDir))
 	if err != nil {
 		n.t.Fatal(err)
 	}

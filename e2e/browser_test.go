@@ -20,6 +20,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
 )
@@ -300,8 +301,8 @@ func TestStatusPage(t *testing.T) {
 	n.writePod("oversized", 9) // more GPUs than the node has: rejected
 	n.eventually("sample pods admitted, the oversized one rejected", func(st agent.NodeStatus) bool {
 		tr, nb, sh, big := pod(st, "training"), pod(st, "notebook"), pod(st, "shared"), pod(st, "oversized")
-		return tr != nil && tr.Phase == agent.PhaseAdmitted && nb != nil && nb.Phase == agent.PhaseAdmitted &&
-			sh != nil && sh.Phase == agent.PhaseAdmitted && big != nil && big.Phase == agent.PhaseRejected
+		return tr != nil && tr.Phase == podresult.PhaseAdmitted && nb != nil && nb.Phase == podresult.PhaseAdmitted &&
+			sh != nil && sh.Phase == podresult.PhaseAdmitted && big != nil && big.Phase == podresult.PhaseRejected
 	})
 	pr := n.podResources()
 	want := map[string][]string{"ml/training": sorted(pr["training"]), "research/notebook": sorted(pr["notebook"])}
@@ -328,8 +329,8 @@ func TestStatusPage(t *testing.T) {
 	if wantPolicy := "policy " + devicemanager.DefaultPolicyName(); v.Policy != wantPolicy {
 		t.Errorf("the header shows %q, want %q", v.Policy, wantPolicy)
 	}
-	if v.Runtime != agent.NoContainersMessage {
-		t.Errorf("the pods section says %q about containers; want %q", v.Runtime, agent.NoContainersMessage)
+	if v.Runtime != podresult.NoContainersMessage {
+		t.Errorf("the pods section says %q about containers; want %q", v.Runtime, podresult.NoContainersMessage)
 	}
 	if e, ok := v.event(agent.EventAdmitted, "e2e/shared"); !ok || e.Text != "admitted with 2 × nvidia.com/gpu" {
 		t.Errorf("the shared pod's Admitted event reads %q (found: %v), want \"admitted with 2 × nvidia.com/gpu\"", e.Text, ok)
@@ -355,7 +356,7 @@ func TestStatusPage(t *testing.T) {
 	}
 	for name, ids := range want {
 		p := v.pod(name)
-		if p.Phase != agent.PhaseAdmitted {
+		if p.Phase != podresult.PhaseAdmitted {
 			t.Errorf("pod %s shown %q, want Admitted", name, p.Phase)
 		}
 		for _, id := range ids {
@@ -364,7 +365,7 @@ func TestStatusPage(t *testing.T) {
 			}
 		}
 	}
-	if p := v.pod("e2e/oversized"); p.Phase != agent.PhaseRejected || !strings.Contains(p.Text, "UnexpectedAdmissionError") ||
+	if p := v.pod("e2e/oversized"); p.Phase != podresult.PhaseRejected || !strings.Contains(p.Text, "UnexpectedAdmissionError") ||
 		!strings.Contains(p.Text, "which is unexpected") {
 		t.Errorf("oversized pod shown %q: %q, want Rejected with the kubelet's message", p.Phase, p.Text)
 	}
@@ -553,7 +554,7 @@ func TestStatusPageManyDevices(t *testing.T) {
 	}
 	n.eventually("the pod admitted", func(st agent.NodeStatus) bool {
 		p := pod(st, "vf-user")
-		return p != nil && p.Phase == agent.PhaseAdmitted
+		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
 
 	b.do(chromedp.Navigate("http://" + n.healthAddr + "/"))
@@ -654,7 +655,7 @@ func TestStatusPageHostileNames(t *testing.T) {
 	n.placeManifest("long.yaml", podManifest(long, uidOf("long"), ""))
 	n.eventually("the three pods' results", func(st agent.NodeStatus) bool {
 		h := pod(st, "holder")
-		return h != nil && h.Phase == agent.PhaseAdmitted && pod(st, bidiPod) != nil && pod(st, long) != nil
+		return h != nil && h.Phase == podresult.PhaseAdmitted && pod(st, bidiPod) != nil && pod(st, long) != nil
 	})
 
 	b.do(chromedp.Navigate("http://" + n.healthAddr + "/"))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -51,7 +52,7 @@ func TestLostCheckpoint(t *testing.T) {
 				n.writePod("d", 1)
 				st = n.eventually("d rejected", func(st agent.NodeStatus) bool {
 					p := pod(st, "d")
-					return p != nil && p.Phase == agent.PhaseRejected
+					return p != nil && p.Phase == podresult.PhaseRejected
 				})
 				if msg := pod(st, "d").Message; !strings.Contains(msg, "Available: 0") {
 					t.Fatalf("d rejected with %q, want the kubelet's Available: 0", msg)
@@ -168,17 +169,17 @@ func (n *node) expectHolding(want map[string][]string) {
 	n.eventually("pods hold their GPUs", func(st agent.NodeStatus) bool {
 		for name, ids := range want {
 			p := pod(st, name)
-			if p == nil || p.Phase != agent.PhaseAdmitted || !slices.Equal(sorted(visible(p)), ids) {
+			if p == nil || p.Phase != podresult.PhaseAdmitted || !slices.Equal(sorted(visible(p)), ids) {
 				return false
 			}
 		}
 		return true
 	})
-	results, err := agent.ReadResults(resultsDir(n.rootDir))
+	results, err := podresult.ReadDir(resultsDir(n.rootDir))
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	byName := map[string]*agent.PodResult{}
+	byName := map[string]*podresult.PodResult{}
 	for _, r := range results {
 		byName[r.Name] = r
 	}

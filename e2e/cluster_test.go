@@ -19,6 +19,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/nodestatus"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
@@ -262,7 +263,7 @@ func joinCluster(t *testing.T, nodeName string, kdmArgs ...string) {
 			// The running pods are re-admitted from the checkpoint while their plugin is away.
 			cn.eventually("running pods re-admitted without their plugin", func(st agent.NodeStatus) bool {
 				for _, name := range []string{"train-b", "train-d"} {
-					if p := pod(st, name); p == nil || p.Phase != agent.PhaseAdmitted || !p.Updated.After(killed) {
+					if p := pod(st, name); p == nil || p.Phase != podresult.PhaseAdmitted || !p.Updated.After(killed) {
 						return false
 					}
 				}

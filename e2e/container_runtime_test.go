@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/internal/containerdtest"
 )
@@ -281,9 +282,9 @@ func running(name string) func(agent.NodeStatus) bool {
 // checkDevicesArrived checks, from the container's own report, that it sees exactly the devices
 // its result grants: NVIDIA_VISIBLE_DEVICES lists the container's GPUs, every granted device
 // node exists with the host node's major and minor, and the null devices can be written.
-func checkDevicesArrived(t *testing.T, rep containerdtest.ProbeReport, r *agent.PodResult, container string) []string {
+func checkDevicesArrived(t *testing.T, rep containerdtest.ProbeReport, r *podresult.PodResult, container string) []string {
 	t.Helper()
-	var c *agent.ContainerResult
+	var c *podresult.ContainerResult
 	for i := range r.Containers {
 		if r.Containers[i].Name == container {
 			c = &r.Containers[i]
@@ -399,7 +400,7 @@ func TestContainerRuntimeDeletionWaitsForExit(t *testing.T) {
 	if !sawRunning {
 		t.Fatal("the deleted pod's container was gone at once; it should take 3s to stop")
 	}
-	if p := pod(early, "early"); p.Phase != agent.PhaseRejected || len(resultGPUs(p)) != 0 {
+	if p := pod(early, "early"); p.Phase != podresult.PhaseRejected || len(resultGPUs(p)) != 0 {
 		t.Errorf("a pod admitted while the deleted pod's container ran: %+v; want it rejected with no GPUs", p)
 	}
 	deadline = time.Now().Add(30 * time.Second)
@@ -548,7 +549,7 @@ func (rn *runtimeNode) freeGPUs() int64 {
 }
 
 // runtimeContainer is the runtime's status of the pod's container of that name.
-func runtimeContainer(r *agent.PodResult, name string) (v1.ContainerStatus, bool) {
+func runtimeContainer(r *podresult.PodResult, name string) (v1.ContainerStatus, bool) {
 	if r.Runtime == nil {
 		return v1.ContainerStatus{}, false
 	}

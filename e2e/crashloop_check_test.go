@@ -19,6 +19,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 )
@@ -36,7 +37,7 @@ type observation struct {
 	status   agent.NodeStatus
 	complete bool // the other sources were read too
 
-	results     map[string]*agent.PodResult // by pod UID
+	results     map[string]*podresult.PodResult // by pod UID
 	resultsErr  error
 	inspect     *inspectedCheckpoint
 	inspectErr  string
@@ -93,7 +94,7 @@ func (cl *crashLoop) observe() *observation {
 			obs.statusNotes = append(obs.statusNotes, fmt.Sprintf("pod %s has a manifest but no status", name))
 		case string(p.UID) != podUIDOf(name):
 			obs.statusNotes = append(obs.statusNotes, fmt.Sprintf("pod %s has status for UID %s, manifest says %s", name, p.UID, podUIDOf(name)))
-		case p.Phase != agent.PhaseAdmitted && p.Phase != agent.PhaseRejected:
+		case p.Phase != podresult.PhaseAdmitted && p.Phase != podresult.PhaseRejected:
 			obs.statusNotes = append(obs.statusNotes, fmt.Sprintf("pod %s is %q, not yet admitted or rejected", name, p.Phase))
 		}
 	}
@@ -141,7 +142,7 @@ func (o *observation) check(expect map[string][]string) []string {
 			"checkpoint":             ckpt[name],
 			"pods/*.json":            nil,
 		}
-		if r := o.results[uid]; r != nil && r.Phase == agent.PhaseAdmitted {
+		if r := o.results[uid]; r != nil && r.Phase == podresult.PhaseAdmitted {
 			views["pods/*.json"] = resultGPUs(r)
 		}
 		// A pod whose resource no plugin had registered when it was admitted gets no GPU: the
@@ -175,7 +176,7 @@ func (o *observation) check(expect map[string][]string) []string {
 		switch {
 		case p == nil:
 			v = append(v, fmt.Sprintf("invariant 3 (devices kept): pod %s held %v and its manifest stayed, but it has no status", name, expect[name]))
-		case p.Phase != agent.PhaseAdmitted:
+		case p.Phase != podresult.PhaseAdmitted:
 			v = append(v, fmt.Sprintf("invariant 3 (devices kept): pod %s held %v and its manifest stayed, but it is now %s: %s %s", name, expect[name], p.Phase, p.Reason, p.Message))
 		case !equalStrings(admitted[name], expect[name]):
 			v = append(v, fmt.Sprintf("invariant 3 (devices kept): pod %s held %v and its manifest stayed, but now holds %v", name, expect[name], admitted[name]))
@@ -188,7 +189,7 @@ func (o *observation) check(expect map[string][]string) []string {
 func (o *observation) admitted() map[string][]string {
 	out := map[string][]string{}
 	for _, p := range o.status.Pods {
-		if _, ok := o.disk[p.Name]; !ok || p.Phase != agent.PhaseAdmitted || string(p.UID) != podUIDOf(p.Name) {
+		if _, ok := o.disk[p.Name]; !ok || p.Phase != podresult.PhaseAdmitted || string(p.UID) != podUIDOf(p.Name) {
 			continue
 		}
 		out[p.Name] = resultGPUs(p)
@@ -273,12 +274,12 @@ func oneLine(s, cond string) string {
 }
 
 // readPodResults reads <root-dir>/kdm/pods/*.json, keyed by pod UID.
-func readPodResults(rootDir string) (map[string]*agent.PodResult, error) {
-	byUID, err := agent.ReadResults(resultsDir(rootDir))
+func readPodResults(rootDir string) (map[string]*podresult.PodResult, error) {
+	byUID, err := podresult.ReadDir(resultsDir(rootDir))
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]*agent.PodResult{}
+	out := map[string]*podresult.PodResult{}
 	for uid, r := range byUID {
 		out[string(uid)] = r
 	}
@@ -287,7 +288,7 @@ func readPodResults(rootDir string) (map[string]*agent.PodResult, error) {
 
 // resultGPUs returns the GPUs of every container of a pod result, from the allocations it
 // records, sorted.
-func resultGPUs(r *agent.PodResult) []string {
+func resultGPUs(r *podresult.PodResult) []string {
 	var out []string
 	for _, c := range r.Containers {
 		out = append(out, c.Devices()[gpuResource]...)

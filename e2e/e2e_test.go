@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -105,7 +106,7 @@ func (n *node) startPluginAndKillPrevious(t *testing.T) *process {
 	return p
 }
 
-func healthOf(p *agent.PodResult, id string) v1.ResourceHealthStatus {
+func healthOf(p *podresult.PodResult, id string) v1.ResourceHealthStatus {
 	if p == nil {
 		return ""
 	}

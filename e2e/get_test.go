@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // kdmGet runs the built `kdm get` against the node and returns its stdout; it fails the test
@@ -105,7 +106,7 @@ func TestGetAsksRunningKdm(t *testing.T) {
 	n.writePod("toobig", 9)
 	n.eventually("toobig rejected", func(st agent.NodeStatus) bool {
 		p := pod(st, "toobig")
-		return p != nil && p.Phase == agent.PhaseRejected
+		return p != nil && p.Phase == podresult.PhaseRejected
 	})
 
 	// Pods: the table, golden but for the GPU IDs the manager chose.
@@ -119,8 +120,8 @@ func TestGetAsksRunningKdm(t *testing.T) {
 	if got := rows(table); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("kdm get pods:\n%q\nwant\n%q", got, want)
 	}
-	if note != agent.NoContainersMessage+".\n" {
-		t.Errorf("kdm get pods ends with the note %q; want %q", note, agent.NoContainersMessage+".\n")
+	if note != podresult.NoContainersMessage+".\n" {
+		t.Errorf("kdm get pods ends with the note %q; want %q", note, podresult.NoContainersMessage+".\n")
 	}
 	pods := n.kdmGetJSON("pods", "PodList")
 	byName := map[string]int{}
@@ -224,7 +225,7 @@ func TestRejectedPodRetriedByEditingManifest(t *testing.T) {
 	n.writePod("fixed", 1) // metadata.uid set
 	first := n.eventually("both pods rejected", func(st agent.NodeStatus) bool {
 		a, b := pod(st, "retry"), pod(st, "fixed")
-		return a != nil && a.Phase == agent.PhaseRejected && b != nil && b.Phase == agent.PhaseRejected
+		return a != nil && a.Phase == podresult.PhaseRejected && b != nil && b.Phase == podresult.PhaseRejected
 	})
 	oldUID := pod(first, "retry").UID
 
@@ -239,9 +240,9 @@ func TestRejectedPodRetriedByEditingManifest(t *testing.T) {
 		"      requests:\n        nvidia.com/gpu: 1\n"))
 	st := n.eventually("the edited pod admitted as a new pod", func(st agent.NodeStatus) bool {
 		p := pod(st, "retry")
-		return p != nil && p.UID != oldUID && p.Phase == agent.PhaseAdmitted && len(visible(p)) == 1
+		return p != nil && p.UID != oldUID && p.Phase == podresult.PhaseAdmitted && len(visible(p)) == 1
 	})
-	if p := pod(st, "fixed"); p == nil || p.Phase != agent.PhaseRejected {
+	if p := pod(st, "fixed"); p == nil || p.Phase != podresult.PhaseRejected {
 		t.Errorf("the pod with metadata.uid, edited: %+v; want it still rejected (same UID, same pod)", p)
 	}
 	pods := n.kdmGetJSON("pods", "PodList")

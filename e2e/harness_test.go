@@ -21,6 +21,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // binDir holds the binaries built once by TestMain.
@@ -295,7 +296,7 @@ func (n *node) deletePod(name string) {
 }
 
 // pod returns the status entry of the named pod.
-func pod(st agent.NodeStatus, name string) *agent.PodResult {
+func pod(st agent.NodeStatus, name string) *podresult.PodResult {
 	for _, p := range st.Pods {
 		if p.Name == name {
 			return p
@@ -305,7 +306,7 @@ func pod(st agent.NodeStatus, name string) *agent.PodResult {
 }
 
 // visible returns the GPUs in a pod's NVIDIA_VISIBLE_DEVICES (main container).
-func visible(p *agent.PodResult) []string {
+func visible(p *podresult.PodResult) []string {
 	if p == nil {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // TestPluginKillHealthViews: the GPU plugin is SIGKILLed while a pod holds two GPUs. Every view
@@ -40,11 +41,11 @@ func (n *node) expectHealth(name string, ids []string, want v1.ResourceHealthSta
 	n.t.Helper()
 	n.eventually(name+"'s GPUs "+string(want)+" in every view", func(st agent.NodeStatus) bool {
 		grid, card := n.pageHealth(name)
-		results, err := agent.ReadResults(resultsDir(n.rootDir))
+		results, err := podresult.ReadDir(resultsDir(n.rootDir))
 		if err != nil {
 			n.t.Fatal(err)
 		}
-		var file *agent.PodResult
+		var file *podresult.PodResult
 		for _, r := range results {
 			if r.Name == name {
 				file = r

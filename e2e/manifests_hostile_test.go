@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // policies are the two behaviours every hostile-manifest case runs under.
@@ -49,14 +50,14 @@ func logCount(t *testing.T, p *process, words ...string) int {
 func admitted(name string, gpus int) func(agent.NodeStatus) bool {
 	return func(st agent.NodeStatus) bool {
 		p := pod(st, name)
-		return p != nil && p.Phase == agent.PhaseAdmitted && len(visible(p)) == gpus
+		return p != nil && p.Phase == podresult.PhaseAdmitted && len(visible(p)) == gpus
 	}
 }
 
 func decided(name string) func(agent.NodeStatus) bool {
 	return func(st agent.NodeStatus) bool {
 		p := pod(st, name)
-		return p != nil && (p.Phase == agent.PhaseAdmitted || p.Phase == agent.PhaseRejected)
+		return p != nil && (p.Phase == podresult.PhaseAdmitted || p.Phase == podresult.PhaseRejected)
 	}
 }
 
@@ -113,7 +114,7 @@ func TestManifestRewrittenInPlace(t *testing.T) {
 				switch {
 				case p == nil:
 					problems = append(problems, "pod a vanished from /status")
-				case p.Phase != agent.PhaseAdmitted:
+				case p.Phase != podresult.PhaseAdmitted:
 					problems = append(problems, fmt.Sprintf("pod a is %s: %s", p.Phase, p.Message))
 				case !slices.Equal(sorted(visible(p)), aGPUs):
 					problems = append(problems, fmt.Sprintf("pod a's GPUs changed to %v", visible(p)))
@@ -126,11 +127,11 @@ func TestManifestRewrittenInPlace(t *testing.T) {
 			t.Fatalf("while a.yaml was rewritten in place: %v (and %d more)", problems[0], len(problems)-1)
 		}
 		st = n.eventually("pod b decided", decided("b"))
-		if b := pod(st, "b"); b.Phase != agent.PhaseAdmitted {
+		if b := pod(st, "b"); b.Phase != podresult.PhaseAdmitted {
 			t.Fatalf("pod b (6 of the 6 free GPUs) was %s: %s", b.Phase, b.Message)
 		}
 		a, b := pod(st, "a"), pod(st, "b")
-		if a == nil || a.Phase != agent.PhaseAdmitted || !slices.Equal(sorted(visible(a)), aGPUs) {
+		if a == nil || a.Phase != podresult.PhaseAdmitted || !slices.Equal(sorted(visible(a)), aGPUs) {
 			t.Fatalf("pod a after the rewrites: %+v, want Admitted with %v", a, aGPUs)
 		}
 		disjointSets(t, map[string][]string{"a": aGPUs, "b": visible(b)})
@@ -169,14 +170,14 @@ func TestManifestMetadataPathTraversal(t *testing.T) {
 		})
 		for name, field := range map[string]string{"traversal": "metadata.uid", long: "metadata.name"} {
 			p := pod(st, name)
-			if p.Phase != agent.PhaseRejected || p.Reason != agent.ReasonInvalidPod || !strings.Contains(p.Message, field) {
+			if p.Phase != podresult.PhaseRejected || p.Reason != agent.ReasonInvalidPod || !strings.Contains(p.Message, field) {
 				t.Errorf("pod %.20s…: phase %s reason %q message %q; want Rejected, InvalidPod, naming %s", name, p.Phase, p.Reason, p.Message, field)
 			}
 			if len(p.Containers) != 0 || len(visible(p)) != 0 {
 				t.Errorf("invalid pod %.20s… got devices: %+v", name, p.Containers)
 			}
 		}
-		if ok := pod(st, "ok"); ok.Phase != agent.PhaseAdmitted {
+		if ok := pod(st, "ok"); ok.Phase != podresult.PhaseAdmitted {
 			t.Fatalf("valid pod ok: %s %s", ok.Phase, ok.Message)
 		}
 		if pr := n.podResources(); len(pr) != 1 || len(pr["ok"]) != 1 {
@@ -266,14 +267,14 @@ func TestManifestBadQuantities(t *testing.T) {
 		})
 		for name := range cases {
 			p := pod(st, name)
-			if p.Phase != agent.PhaseRejected || p.Reason != agent.ReasonInvalidPod || !strings.Contains(p.Message, "nvidia.com/gpu") {
+			if p.Phase != podresult.PhaseRejected || p.Reason != agent.ReasonInvalidPod || !strings.Contains(p.Message, "nvidia.com/gpu") {
 				t.Errorf("pod %s: phase %s reason %q message %q; want Rejected, InvalidPod, naming nvidia.com/gpu", name, p.Phase, p.Reason, p.Message)
 			}
 			if len(visible(p)) != 0 {
 				t.Errorf("invalid pod %s got GPUs %v", name, visible(p))
 			}
 		}
-		if g := pod(st, "good"); g.Phase != agent.PhaseAdmitted {
+		if g := pod(st, "good"); g.Phase != podresult.PhaseAdmitted {
 			t.Fatalf("pod good: %s %s", g.Phase, g.Message)
 		}
 		if pr := n.podResources(); len(pr) != 1 || len(pr["good"]) != 1 {
@@ -299,7 +300,7 @@ func TestManifestChangedRequestKeepsAdmission(t *testing.T) {
 		check := func(st agent.NodeStatus, when string) {
 			t.Helper()
 			p := pod(st, "a")
-			if p.Phase != agent.PhaseAdmitted || !slices.Equal(visible(p), before) || !strings.Contains(p.Warning, "nvidia.com/gpu") {
+			if p.Phase != podresult.PhaseAdmitted || !slices.Equal(visible(p), before) || !strings.Contains(p.Warning, "nvidia.com/gpu") {
 				t.Fatalf("%s: pod a is %s %q with %v, warning %q; want Admitted with %v and a warning naming nvidia.com/gpu",
 					when, p.Phase, p.Message, visible(p), p.Warning, before)
 			}
@@ -319,7 +320,7 @@ func TestManifestChangedRequestKeepsAdmission(t *testing.T) {
 		n.startKdm("--policy", policy)
 		st = n.eventually("pod a back after the restart", func(st agent.NodeStatus) bool {
 			p := pod(st, "a")
-			return st.Capacity["nvidia.com/gpu"] == 8 && p != nil && p.Phase != agent.PhasePending && p.Warning != ""
+			return st.Capacity["nvidia.com/gpu"] == 8 && p != nil && p.Phase != podresult.PhasePending && p.Warning != ""
 		})
 		check(st, "after the restart")
 	})
@@ -353,7 +354,7 @@ func TestManifestParsedAndLoggedOnce(t *testing.T) {
 		n.placeManifest(name+".yaml", podManifest(name, uidOf(name), gpuLimit(0)))
 		n.eventually("pod "+name+" admitted", func(st agent.NodeStatus) bool {
 			p := pod(st, name)
-			return p != nil && p.Phase == agent.PhaseAdmitted
+			return p != nil && p.Phase == podresult.PhaseAdmitted
 		})
 	}
 	if pod(n.eventually("status", func(agent.NodeStatus) bool { return true }), "big") != nil {
@@ -458,13 +459,13 @@ func TestManifestSlowRewriteKeepsPod(t *testing.T) {
 			n.placeManifest(marker+".yaml", podManifest(marker, uidOf(marker), gpuLimit(0)))
 			st = n.eventually(r.name+": "+marker+" admitted and "+b+" decided", func(st agent.NodeStatus) bool {
 				m := pod(st, marker)
-				return m != nil && m.Phase == agent.PhaseAdmitted && decided(b)(st)
+				return m != nil && m.Phase == podresult.PhaseAdmitted && decided(b)(st)
 			})
 			p := pod(st, a)
-			if p == nil || p.UID != running || p.Phase != agent.PhaseAdmitted || !slices.Equal(sorted(visible(p)), aGPUs) {
+			if p == nil || p.UID != running || p.Phase != podresult.PhaseAdmitted || !slices.Equal(sorted(visible(p)), aGPUs) {
 				t.Fatalf("%s: pod %s after the slow rewrite: %+v; want %s Admitted with %v", r.name, a, p, running, aGPUs)
 			}
-			if bp := pod(st, b); bp.Phase != agent.PhaseRejected || len(visible(bp)) != 0 {
+			if bp := pod(st, b); bp.Phase != podresult.PhaseRejected || len(visible(bp)) != 0 {
 				t.Fatalf("%s: pod %s (2 GPUs, none free) is %s with %v: %s", r.name, b, bp.Phase, visible(bp), bp.Message)
 			}
 			if pr := n.podResources(); !slices.Equal(sorted(pr[a]), aGPUs) || len(pr[b]) != 0 {

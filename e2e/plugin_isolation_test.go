@@ -8,6 +8,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
@@ -46,7 +47,7 @@ func TestHangingAllocateDelaysNoOtherResource(t *testing.T) {
 		}
 		n.writePod("probe", 1)
 		st := n.eventually("probe decided while stuck's Allocate hangs", decided("probe"))
-		if p := pod(st, "probe"); p.Phase != agent.PhaseAdmitted || len(visible(p)) != 1 {
+		if p := pod(st, "probe"); p.Phase != podresult.PhaseAdmitted || len(visible(p)) != 1 {
 			t.Fatalf("probe is %s (%s: %s) with %v, want admitted with 1 GPU", p.Phase, p.Reason, p.Message, visible(p))
 		}
 		if decided("stuck")(st) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -37,7 +38,7 @@ func TestRecoveryConflict(t *testing.T) {
 			n.eventually("plugin back after the restart", gpus(8))
 			n.eventually("a and b admitted again", func(st agent.NodeStatus) bool {
 				a, b := pod(st, "a"), pod(st, "b")
-				return a != nil && b != nil && a.Phase == agent.PhaseAdmitted && b.Phase == agent.PhaseAdmitted
+				return a != nil && b != nil && a.Phase == podresult.PhaseAdmitted && b.Phase == podresult.PhaseAdmitted
 			})
 
 			n.writePod("c", 7)
@@ -56,7 +57,7 @@ func TestRecoveryConflict(t *testing.T) {
 			if !slices.Equal(pr["a"], []string{ga}) || !slices.Equal(pr["b"], []string{ga}) {
 				t.Fatalf("podresources gives a %v and b %v, want both claiming %s", pr["a"], pr["b"], ga)
 			}
-			results, err := agent.ReadResults(resultsDir(n.rootDir))
+			results, err := podresult.ReadDir(resultsDir(n.rootDir))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,8 +86,8 @@ func TestRecoveryConflict(t *testing.T) {
 }
 
 // conflictNames reports whether the pod's result says that id is also claimed by other.
-func conflictNames(p *agent.PodResult, id, other string) bool {
-	if p == nil || p.Phase != agent.PhaseAdmitted {
+func conflictNames(p *podresult.PodResult, id, other string) bool {
+	if p == nil || p.Phase != podresult.PhaseAdmitted {
 		return false
 	}
 	for _, c := range p.Conflicts {

@@ -15,6 +15,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/podresources/podresourcestest"
@@ -95,12 +96,12 @@ func TestShutdownWithStalledPodResourcesClients(t *testing.T) {
 	t.Logf("kdm stopped %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 
 	n.expectCheckpointHolds(map[string][]string{"steady": held})
-	results, err := agent.ReadResults(resultsDir(n.rootDir))
+	results, err := podresult.ReadDir(resultsDir(n.rootDir))
 	if err != nil {
 		t.Fatalf("reading pods/*.json after the stop: %v", err)
 	}
 	r := results[types.UID(uidOf("steady"))]
-	if r == nil || r.Phase != agent.PhaseAdmitted || !slices.Equal(sorted(visible(r)), held) {
+	if r == nil || r.Phase != podresult.PhaseAdmitted || !slices.Equal(sorted(visible(r)), held) {
 		t.Fatalf("pods/*.json after the stop says %+v, want steady admitted with %v", r, held)
 	}
 }
@@ -150,12 +151,12 @@ func shutdownDuringAllocate(t *testing.T, policy string) {
 	}
 	terminateWithin(t, kdm)
 
-	results, err := agent.ReadResults(resultsDir(n.rootDir))
+	results, err := podresult.ReadDir(resultsDir(n.rootDir))
 	if err != nil {
 		t.Fatalf("reading pods/*.json after the stop: %v", err)
 	}
 	for _, r := range results {
-		if r.Phase == agent.PhaseRejected {
+		if r.Phase == podresult.PhaseRejected {
 			t.Fatalf("pods/*.json records pod %s, whose Allocate SIGTERM cancelled, as rejected: %s: %s", r.Name, r.Reason, r.Message)
 		}
 	}
@@ -176,8 +177,8 @@ func shutdownDuringAllocate(t *testing.T, policy string) {
 		}
 	}
 	st := n.eventually("waiting decided after the restart", decided("waiting"))
-	if p := pod(st, "waiting"); p.Phase != agent.PhaseAdmitted {
-		t.Fatalf("after the restart the pod is %s (%s: %s), want %s", p.Phase, p.Reason, p.Message, agent.PhaseAdmitted)
+	if p := pod(st, "waiting"); p.Phase != podresult.PhaseAdmitted {
+		t.Fatalf("after the restart the pod is %s (%s: %s), want %s", p.Phase, p.Reason, p.Message, podresult.PhaseAdmitted)
 	}
 	terminateWithin(t, kdm)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin/nvml"
@@ -224,7 +225,7 @@ func (d *demo) printCapacity(st agent.NodeStatus) {
 
 func (d *demo) printPods(st agent.NodeStatus) {
 	for _, p := range st.Pods {
-		if p.Phase != agent.PhaseAdmitted {
+		if p.Phase != podresult.PhaseAdmitted {
 			fmt.Fprintf(d.out, "          pod %s/%s: %s %s: %s\n", p.Namespace, p.Name, p.Phase, p.Reason, p.Message)
 			continue
 		}
@@ -266,7 +267,7 @@ func (d *demo) printCheckpoint() {
 func countAdmitted(st agent.NodeStatus) int {
 	n := 0
 	for _, p := range st.Pods {
-		if p.Phase == agent.PhaseAdmitted {
+		if p.Phase == podresult.PhaseAdmitted {
 			n++
 		}
 	}

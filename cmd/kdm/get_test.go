@@ -16,6 +16,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 )
 
 // getFixture is a node as kdm reports it: two resources, one of them with a stopped plugin,
@@ -25,7 +26,7 @@ func getFixture() (*podresourcesv1.ListPodResourcesResponse, *agent.PageState) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	stopped := now.Add(-90 * time.Second)
 	holders := []agent.PageHolder{{Pod: "ml/inference", Container: "server"}, {Pod: "ml/inference", Container: "warmup"}}
-	st := &agent.PageState{Time: now, GracePeriodSeconds: 300, Runtime: agent.RuntimeInfo{Message: agent.NoContainersMessage},
+	st := &agent.PageState{Time: now, GracePeriodSeconds: 300, Runtime: agent.RuntimeInfo{Message: podresult.NoContainersMessage},
 		Resources: []agent.PageResource{
 			{Name: "example.com/nic", Capacity: 2, Allocatable: 2,
 				Endpoint: agent.PageEndpoint{State: "Stopped", Socket: "/var/lib/kubelet/device-plugins/nic.sock", StoppedAt: &stopped, GraceRemainingMs: 210_000},
@@ -40,12 +41,12 @@ func getFixture() (*podresourcesv1.ListPodResourcesResponse, *agent.PageState) {
 				}},
 		},
 		Pods: []agent.PagePod{
-			{Namespace: "ml", Name: "inference", UID: "uid-inference", Phase: agent.PhaseAdmitted,
+			{Namespace: "ml", Name: "inference", UID: "uid-inference", Phase: podresult.PhaseAdmitted,
 				Containers: []agent.PageContainer{{Name: "warmup", Init: true}, {Name: "server"}}},
-			{Namespace: "ml", Name: "big", UID: "uid-big", Phase: agent.PhaseRejected, Reason: "UnexpectedAdmissionError",
+			{Namespace: "ml", Name: "big", UID: "uid-big", Phase: podresult.PhaseRejected, Reason: "UnexpectedAdmissionError",
 				Message:    "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 8, Available: 1, which is unexpected",
 				Containers: []agent.PageContainer{{Name: "main"}}},
-			{Namespace: "ml", Name: "later", UID: "uid-later", Phase: agent.PhasePending,
+			{Namespace: "ml", Name: "later", UID: "uid-later", Phase: podresult.PhasePending,
 				Waiting:    &agent.PageWait{Container: "main", Resource: "example.com/fpga", Deadline: now.Add(100 * time.Second)},
 				Containers: []agent.PageContainer{{Name: "main"}}},
 		},

@@ -15,6 +15,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager/state"
 )
@@ -127,10 +128,10 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 }
 
 // namePods fills in each entry's pod namespace/name from the pod results in dir, as kdm writes
-// them (agent.ReadResults). A missing directory names nothing and is no error: a kubelet's
+// them (podresult.ReadDir). A missing directory names nothing and is no error: a kubelet's
 // node has none.
 func (in *inspected) namePods(dir string) error {
-	results, err := agent.ReadResults(dir)
+	results, err := podresult.ReadDir(dir)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -273,7 +273,7 @@ func writePodResult(t *testing.T, dir, namespace, name, uid string) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(agent.PodResult{Namespace: namespace, Name: name, UID: types.UID(uid), Phase: agent.PhaseAdmitted})
+	b, err := json.Marshal(podresult.PodResult{Namespace: namespace, Name: name, UID: types.UID(uid), Phase: podresult.PhaseAdmitted})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package podresult
 
 import (
 	"bytes"
@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
@@ -73,15 +72,15 @@ func schemaFixture(t *testing.T) *PodResult {
 var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata")
 
 // TestPodResultGolden keeps the pod result schema stable: a fixed result, written as
-// writeResult writes it, matches testdata/podresult-v1.golden byte for byte (go test -update
+// Write writes it, matches testdata/podresult-v1.golden byte for byte (go test -update
 // rewrites it; docs/pod-results.md must then say what changed), and reads back as it was.
 func TestPodResultGolden(t *testing.T) {
 	want := schemaFixture(t)
 	dir := t.TempDir()
-	if err := writeResult(dir, podOf(want), want); err != nil {
+	if err := Write(dir, PodOf(want), want); err != nil {
 		t.Fatal(err)
 	}
-	path := resultPath(dir, podOf(want))
+	path := Path(dir, PodOf(want))
 	got, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +103,7 @@ func TestPodResultGolden(t *testing.T) {
 			t.Errorf("the v1 schema holds %s", key)
 		}
 	}
-	read, err := readResult(path)
+	read, err := ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +112,8 @@ func TestPodResultGolden(t *testing.T) {
 
 // TestPodResultReadsUnversioned: a result file written by kdm before the schema had a version
 // (testdata/podresult-unversioned.json, written by that code from schemaFixture) reads as the
-// same result, with the Allocate answers byte for byte, and its pod's devices are what a start
-// would restore.
+// same result, with the Allocate answers byte for byte (agent TestPreviouslyRunningFromUnversioned
+// checks that its devices are what a start restores).
 func TestPodResultReadsUnversioned(t *testing.T) {
 	dir := t.TempDir()
 	old, err := os.ReadFile(filepath.Join("testdata", "podresult-unversioned.json"))
@@ -122,10 +121,10 @@ func TestPodResultReadsUnversioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := schemaFixture(t)
-	if err := os.WriteFile(resultPath(dir, podOf(want)), old, 0o600); err != nil {
+	if err := os.WriteFile(Path(dir, PodOf(want)), old, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	results, err := ReadResults(dir)
+	results, err := ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,20 +141,6 @@ func TestPodResultReadsUnversioned(t *testing.T) {
 		}
 	}
 
-	a := &Agent{cfg: Config{PodResultsDir: dir}, results: map[types.UID]*PodResult{}}
-	keys, held, err := a.previouslyRunning()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(keys) != 1 || keys[0].ContainerName != "train" {
-		t.Errorf("running containers %v, want the app container train", keys)
-	}
-	if len(held) != 3 {
-		t.Fatalf("recovery records %+v, want the init container's GPUs and the app's GPUs and NIC", held)
-	}
-	if nic := held[2]; nic.ResourceName != "example.com/nic" || !reflect.DeepEqual(nic.DeviceIDs, checkpoint.DevicesPerNUMA{-1: {"nic-a"}}) {
-		t.Errorf("NIC record %+v, want nic-a without topology", nic)
-	}
 }
 
 // TestPodResultRejectsUnknownVersion: a result of another schema version or kind is not

@@ -1,4 +1,4 @@
-package agent
+package podresult
 
 import (
 	"encoding/json"
@@ -25,8 +25,8 @@ import (
 
 // Identification of the pod result schema.
 const (
-	PodResultAPIVersion = "kdm.io/v1"
-	PodResultKind       = "PodResult"
+	APIVersion = "kdm.io/v1"
+	Kind       = "PodResult"
 )
 
 // noTopology is the NUMA node the checkpoint files a device under when its plugin reports no
@@ -43,7 +43,7 @@ func (r PodResult) MarshalJSON() ([]byte, error) {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 		podResultFields
-	}{PodResultAPIVersion, PodResultKind, podResultFields(r)})
+	}{APIVersion, Kind, podResultFields(r)})
 }
 
 // UnmarshalJSON reads a result of the kdm.io/v1 schema, or one written before the schema had a
@@ -64,10 +64,10 @@ func (r *PodResult) UnmarshalJSON(data []byte) error {
 		}
 		*r = old.convert()
 		return nil
-	case *head.APIVersion != PodResultAPIVersion:
-		return fmt.Errorf("pod result of apiVersion %q: this kdm reads %s and unversioned results", *head.APIVersion, PodResultAPIVersion)
-	case head.Kind != PodResultKind:
-		return fmt.Errorf("%s object of kind %q, want %s", PodResultAPIVersion, head.Kind, PodResultKind)
+	case *head.APIVersion != APIVersion:
+		return fmt.Errorf("pod result of apiVersion %q: this kdm reads %s and unversioned results", *head.APIVersion, APIVersion)
+	case head.Kind != Kind:
+		return fmt.Errorf("%s object of kind %q, want %s", APIVersion, head.Kind, Kind)
 	}
 	var f podResultFields
 	if err := json.Unmarshal(data, &f); err != nil {

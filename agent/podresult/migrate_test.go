@@ -1,4 +1,4 @@
-package agent
+package podresult
 
 import (
 	"os"
@@ -33,8 +33,8 @@ func TestResultsMoveKeepsTheOnlyCopy(t *testing.T) {
 		{"the same pod's result", func(_, dest string) error { return os.WriteFile(dest, []byte(result), 0o600) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t)
-			legacy := filepath.Join(f.root, "pods")
+			root := t.TempDir()
+			legacy, dir := filepath.Join(root, "pods"), filepath.Join(root, "kdm", "pods")
 			if err := os.MkdirAll(legacy, 0o750); err != nil {
 				t.Fatal(err)
 			}
@@ -42,15 +42,10 @@ func TestResultsMoveKeepsTheOnlyCopy(t *testing.T) {
 			if err := os.WriteFile(from, []byte(result), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			a, err := New(Config{RootDir: f.root, DevicePluginDir: f.plugins, PodManifestPath: f.pods,
-				Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
-			if err != nil {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.MkdirAll(a.cfg.PodsDir(), 0o750); err != nil {
-				t.Fatal(err)
-			}
-			dest := filepath.Join(a.cfg.PodsDir(), name)
+			dest := filepath.Join(dir, name)
 			if err := tc.plant(legacy, dest); err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +54,7 @@ func TestResultsMoveKeepsTheOnlyCopy(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			a.migrateResults()
+			Migrate(ktesting.NewLogger(t, ktesting.NewConfig()), legacy, dir)
 
 			data, err := os.ReadFile(from)
 			switch {
