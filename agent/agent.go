@@ -50,9 +50,9 @@ type Agent struct {
 	// containers runs admitted pods through a container runtime; nil without one
 	// (containers.go).
 	containers *containerRoom
-	// kube is the API server pod source, nil without a KubeClient. Recorded results requeue
-	// its pods so their status is published.
-	kube *kubePodSource
+	// kube is the API server pod source (agent/apipods.go), nil without a KubeClient. Recorded
+	// results requeue its pods so their status is published.
+	kube *apiPods
 
 	recordMu sync.Mutex // serialises writing and publishing pod results
 
@@ -104,7 +104,7 @@ func New(cfg Config) (*Agent, error) {
 		host:          realHost(cfg.Logger),
 	}
 	if cfg.KubeClient != nil {
-		a.kube = newKubePodSource(a)
+		a.kube = newAPIPods(a)
 	}
 	if cfg.ContainerRuntimeEndpoint != "" {
 		if a.containers, err = newContainerRoom(a); err != nil {

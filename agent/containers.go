@@ -127,7 +127,7 @@ func (c *containerRoom) onStopped(uid types.UID) {
 	}
 	c.a.release(pod)
 	if c.a.kube != nil {
-		c.a.kube.enqueue(pod) // a pod being deleted is deleted now (kubePodSource.syncPod)
+		c.a.kube.enqueue(pod) // a pod being deleted is deleted now (apipods.Source)
 	}
 }
 

@@ -150,19 +150,3 @@ func (a *Agent) restoredUnseen(uid types.UID) bool {
 	r := a.results[uid]
 	return r != nil && (r.Phase == podresult.PhaseAdmitted || r.Phase == podresult.PhasePending)
 }
-
-// runningFirst orders the pods admitted by an earlier run before the others, keeping the
-// order within each group. Their admissions re-attach checkpointed devices without asking the
-// plugins; the sources count as ready once those are settled.
-func (a *Agent) runningFirst(pods []*v1.Pod) []*v1.Pod {
-	out := make([]*v1.Pod, 0, len(pods))
-	var rest []*v1.Pod
-	for _, p := range pods {
-		if a.admittedBefore(p.UID) {
-			out = append(out, p)
-		} else {
-			rest = append(rest, p)
-		}
-	}
-	return append(out, rest...)
-}

@@ -1,4 +1,4 @@
-package agent
+package apipods
 
 import (
 	"context"
@@ -21,52 +21,103 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/kdm-project/kdm/agent/podresult"
 )
 
-// kubePodSource admits the pods the API server binds to the node and reports their outcome in
-// pod status, the kubelet's way: a rejected pod becomes Failed with the admission reason, a pod
+// Pods is the agent as the source sees it: it tracks and admits pods, and records their
+// results. Every method may be called from the source's goroutines and must not block on the
+// source.
+type Pods interface {
+	// Track adds a pod of the API server and starts its admission. It returns a channel closed
+	// once that admission is over or waits for a device plugin, and false when no admission
+	// started (the pod is tracked already, say).
+	Track(ctx context.Context, pod *v1.Pod) (settled <-chan struct{}, started bool)
+	// Untrack removes a pod that is gone, terminal, replaced or being deleted, and releases its
+	// devices (with a container runtime, once its containers are gone).
+	Untrack(uid types.UID)
+	// TrackedByName lists the UIDs of this source's tracked pods with this namespace and name
+	// (a pod recreated under the same name has a new UID).
+	TrackedByName(namespace, name string) []types.UID
+	// Tracked reports whether a pod with this UID is tracked, from any source.
+	Tracked(uid types.UID) bool
+	// Result returns the pod's admission result, or nil while none is recorded.
+	Result(uid types.UID) *podresult.PodResult
+	// Stopping reports whether the removed pod's containers or sandbox may still exist: a pod
+	// being deleted is deleted only once they are gone, and the owner calls Enqueue then.
+	Stopping(uid types.UID) bool
+	// AdmittedBefore reports whether the pod was admitted by an earlier run: such pods go
+	// first, and the source reports ready once they are admitted again.
+	AdmittedBefore(uid types.UID) bool
+}
+
+// Config is what a Source watches the API server with.
+type Config struct {
+	// Client talks to the API server with the node's identity.
+	Client kubernetes.Interface
+	// NodeName is the node whose pods are watched; it is also the host of the events.
+	NodeName string
+	// Clock gives the times written in pod status; nil means the real clock.
+	Clock clock.Clock
+	// Logger receives the source's problems and changes; the zero value means
+	// klog.Background().
+	Logger klog.Logger
+}
+
+// Source admits the pods the API server binds to the node and reports their outcome in pod
+// status, the kubelet's way: a rejected pod becomes Failed with the admission reason, a pod
 // being deleted releases its devices and is then deleted with grace period 0.
 //
 // An informer restricted to spec.nodeName feeds a work queue of pod keys; one worker reconciles
-// each key against the agent's pods. Admissions run in their own goroutines and requeue the
-// pod when their result is recorded, so its status is published by the same worker.
-type kubePodSource struct {
-	a      *Agent
+// each key against Pods. Admissions run in the owner's goroutines, which call Enqueue when a
+// result is recorded, so its status is published by the same worker.
+type Source struct {
+	pods   Pods
 	client kubernetes.Interface
 	node   string
+	clock  clock.Clock
 	log    klog.Logger
 	queue  workqueue.TypedRateLimitingInterface[string]
 	lister corelisters.PodLister
-	// recorder sends the pods' events; set by run, which owns its broadcaster.
+	// recorder sends the pods' events; set by Run, which owns its broadcaster.
 	recorder record.EventRecorder
 
 	mu      sync.Mutex
 	lastErr error // of the last pod sync; nil once one succeeds
 }
 
-func newKubePodSource(a *Agent) *kubePodSource {
-	return &kubePodSource{
-		a:      a,
-		client: a.cfg.KubeClient,
-		node:   a.cfg.NodeName,
-		log:    a.log.WithName("pods"),
+// New returns a Source for cfg's node that admits its pods through pods; Run starts it.
+func New(cfg Config, pods Pods) *Source {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
+	return &Source{
+		pods:   pods,
+		client: cfg.Client,
+		node:   cfg.NodeName,
+		clock:  cfg.Clock,
+		log:    cfg.Logger.WithName("pods"),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kdm_pods"}),
 	}
 }
 
-// enqueue schedules a reconcile of the pod's key.
-func (s *kubePodSource) enqueue(pod *v1.Pod) {
+// Enqueue schedules a reconcile of the pod: its result was recorded, or its containers are gone.
+func (s *Source) Enqueue(pod *v1.Pod) {
 	s.queue.Add(cache.ObjectName{Namespace: pod.Namespace, Name: pod.Name}.String())
 }
 
-// run watches the node's pods until ctx ends. The pods of the first listing are handed to
-// admission and waited for before the source reports ready through sourceReady.
-func (s *kubePodSource) run(ctx context.Context, sourceReady func()) error {
+// Run watches the node's pods until ctx ends, then returns nil once its worker has stopped.
+// The pods of the first listing are handed to Pods.Track, those admitted by an earlier run
+// first, and the admissions of those are waited for before Run calls sourceReady. Run is
+// called at most once.
+func (s *Source) Run(ctx context.Context, sourceReady func()) error {
 	defer s.queue.ShutDown()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
@@ -109,12 +160,12 @@ func (s *kubePodSource) run(ctx context.Context, sourceReady func()) error {
 	// Pods admitted by an earlier run go first; the source is ready once their admissions
 	// are over or wait for a device plugin (see manifests.Watch).
 	var restarted []<-chan struct{}
-	for _, pod := range s.a.runningFirst(pods) {
+	for _, pod := range s.runningFirst(pods) {
 		if !isActive(pod) {
 			continue
 		}
-		before := s.a.admittedBefore(pod.UID)
-		if settled, ok := s.a.track(ctx, sourceAPI, pod); ok && before {
+		before := s.pods.AdmittedBefore(pod.UID)
+		if settled, ok := s.pods.Track(ctx, pod); ok && before {
 			restarted = append(restarted, settled)
 		}
 	}
@@ -140,7 +191,7 @@ func (s *kubePodSource) run(ctx context.Context, sourceReady func()) error {
 	return nil
 }
 
-func (s *kubePodSource) processNext(ctx context.Context) bool {
+func (s *Source) processNext(ctx context.Context) bool {
 	key, quit := s.queue.Get()
 	if quit {
 		return false
@@ -166,8 +217,8 @@ func (s *kubePodSource) processNext(ctx context.Context) bool {
 // eventComponent is the source component of kdm's events.
 const eventComponent = "kdm"
 
-// healthy returns the error of the last pod sync, nil if it succeeded.
-func (s *kubePodSource) healthy() error {
+// Healthy returns the error of the last pod sync, nil if it succeeded.
+func (s *Source) Healthy() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lastErr != nil {
@@ -177,8 +228,9 @@ func (s *kubePodSource) healthy() error {
 }
 
 // syncPod reconciles one pod key: a pod that is gone, terminal or being deleted releases its
-// devices; a new active pod is admitted; an admitted or rejected pod gets its status published.
-func (s *kubePodSource) syncPod(ctx context.Context, key string) error {
+// devices; a new active pod is admitted; an admitted, waiting or rejected pod gets its status
+// published.
+func (s *Source) syncPod(ctx context.Context, key string) error {
 	ref, err := cache.ParseObjectName(key)
 	if err != nil {
 		return nil
@@ -189,27 +241,27 @@ func (s *kubePodSource) syncPod(ctx context.Context, key string) error {
 	} else if err != nil {
 		return err
 	}
-	for _, uid := range s.a.trackedByName(ref.Namespace, ref.Name) {
+	for _, uid := range s.pods.TrackedByName(ref.Namespace, ref.Name) {
 		if pod == nil || pod.UID != uid || !isActive(pod) {
-			s.a.untrack(uid)
+			s.pods.Untrack(uid)
 		}
 	}
 	switch {
 	case pod == nil:
 		return nil
 	case pod.DeletionTimestamp != nil:
-		if s.a.containers != nil && s.a.containers.isStopping(pod.UID) {
-			return nil // its containers still run: deleted once they are gone (containerRoom.onStopped)
+		if s.pods.Stopping(pod.UID) {
+			return nil // its containers still run: the owner enqueues it once they are gone
 		}
 		return s.finishDeletion(ctx, pod)
 	case !isActive(pod):
 		return nil
 	}
-	if _, ok := s.a.podByUID(pod.UID); !ok {
-		s.a.track(ctx, sourceAPI, pod)
+	if !s.pods.Tracked(pod.UID) {
+		s.pods.Track(ctx, pod)
 		return nil
 	}
-	r := s.a.result(pod.UID)
+	r := s.pods.Result(pod.UID)
 	if r == nil {
 		return nil
 	}
@@ -219,7 +271,7 @@ func (s *kubePodSource) syncPod(ctx context.Context, key string) error {
 // finishDeletion deletes a pod the API server marked for deletion, with grace period 0, once
 // its devices are released (with a container runtime: once its containers are gone): without a
 // kubelet nothing else would, and the pod would stay Terminating.
-func (s *kubePodSource) finishDeletion(ctx context.Context, pod *v1.Pod) error {
+func (s *Source) finishDeletion(ctx context.Context, pod *v1.Pod) error {
 	err := s.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0),
 		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
@@ -239,23 +291,18 @@ func isActive(pod *v1.Pod) bool {
 	return pod.DeletionTimestamp == nil && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed
 }
 
-// trackedByName lists the UIDs of the API server's tracked pods with this namespace and name (a pod recreated
-// under the same name has a new UID).
-func (a *Agent) trackedByName(namespace, name string) []types.UID {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []types.UID
-	for uid, p := range a.pods {
-		if a.podSource[uid] == sourceAPI && p.Namespace == namespace && p.Name == name {
-			out = append(out, uid)
+// runningFirst orders the pods admitted by an earlier run before the others, keeping the
+// order within each group. Their admissions re-attach checkpointed devices without asking the
+// plugins; the source counts as ready once those are settled.
+func (s *Source) runningFirst(pods []*v1.Pod) []*v1.Pod {
+	out := make([]*v1.Pod, 0, len(pods))
+	var rest []*v1.Pod
+	for _, p := range pods {
+		if s.pods.AdmittedBefore(p.UID) {
+			out = append(out, p)
+		} else {
+			rest = append(rest, p)
 		}
 	}
-	return out
-}
-
-// result returns the pod's admission result, or nil while none is recorded.
-func (a *Agent) result(uid types.UID) *podresult.PodResult {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.results[uid]
+	return append(out, rest...)
 }

@@ -1,4 +1,4 @@
-package agent
+package apipods
 
 import (
 	"context"
@@ -31,8 +31,8 @@ const (
 // event naming its devices), Pending with the waiting reason for a pod that waits for a
 // device plugin, Failed with the kubelet's reason and message (and a Warning event) for a
 // rejected one.
-func (s *kubePodSource) publish(ctx context.Context, pod *v1.Pod, r *podresult.PodResult) error {
-	now := metav1.NewTime(s.a.clock.Now())
+func (s *Source) publish(ctx context.Context, pod *v1.Pod, r *podresult.PodResult) error {
+	now := metav1.NewTime(s.clock.Now())
 	var status *v1.PodStatus
 	switch {
 	case r.Phase == podresult.PhaseAdmitted && r.Runtime != nil && r.Runtime.ContainersRun:
