@@ -14,6 +14,7 @@ import (
 	"github.com/kdm-project/kdm/agent/internal/apitest"
 	"github.com/kdm-project/kdm/agent/manifests"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
@@ -68,7 +69,7 @@ func (f *fixture) runWith(cfg Config) (*Agent, func()) {
 		}
 	}
 	f.t.Cleanup(stop)
-	f.waitFor(a, "kubelet.sock", func(NodeStatus) bool {
+	f.waitFor(a, "kubelet.sock", func(statusapi.NodeStatus) bool {
 		_, err := os.Stat(filepath.Join(f.plugins, "kubelet.sock"))
 		return err == nil
 	})
@@ -94,7 +95,7 @@ func (f *fixture) plugin(ids ...string) *plugintest.Plugin {
 }
 
 // waitFor polls the agent's status; the agent reports through its status only.
-func (f *fixture) waitFor(a *Agent, what string, cond func(NodeStatus) bool) NodeStatus {
+func (f *fixture) waitFor(a *Agent, what string, cond func(statusapi.NodeStatus) bool) statusapi.NodeStatus {
 	f.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -120,7 +121,7 @@ func (f *fixture) manifest(name string, gpus int) {
 	}
 }
 
-func phase(st NodeStatus, name string) *podresult.PodResult {
+func phase(st statusapi.NodeStatus, name string) *podresult.PodResult {
 	for _, p := range st.Pods {
 		if p.Name == name {
 			return p
@@ -133,10 +134,10 @@ func TestAdmissionFromManifests(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.run()
 	f.plugin("g0", "g1", "g2")
-	f.waitFor(a, "3 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 3 })
+	f.waitFor(a, "3 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 3 })
 
 	f.manifest("first", 2)
-	st := f.waitFor(a, "first admitted", func(st NodeStatus) bool {
+	st := f.waitFor(a, "first admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "first")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -149,7 +150,7 @@ func TestAdmissionFromManifests(t *testing.T) {
 	}
 
 	f.manifest("second", 2)
-	st = f.waitFor(a, "second rejected", func(st NodeStatus) bool {
+	st = f.waitFor(a, "second rejected", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "second")
 		return p != nil && p.Phase == podresult.PhaseRejected
 	})
@@ -163,9 +164,9 @@ func TestAdmissionFromManifests(t *testing.T) {
 	if err := os.Remove(filepath.Join(f.pods, "first.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "first removed", func(st NodeStatus) bool { return phase(st, "first") == nil })
+	f.waitFor(a, "first removed", func(st statusapi.NodeStatus) bool { return phase(st, "first") == nil })
 	f.manifest("third", 3)
-	f.waitFor(a, "third admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "third admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "third")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -177,9 +178,9 @@ func TestRestartKeepsDevices(t *testing.T) {
 	f := newFixture(t)
 	a, stop := f.run()
 	p := f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	f.manifest("keeper", 1)
-	st := f.waitFor(a, "keeper admitted", func(st NodeStatus) bool {
+	st := f.waitFor(a, "keeper admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "keeper")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -193,7 +194,7 @@ func TestRestartKeepsDevices(t *testing.T) {
 	if err := p.WaitForRegistrations(ctx, regs+1); err != nil {
 		t.Fatalf("plugin did not re-register: %v", err)
 	}
-	st = f.waitFor(b, "keeper restored", func(st NodeStatus) bool {
+	st = f.waitFor(b, "keeper restored", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "keeper")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})

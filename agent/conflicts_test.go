@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -20,10 +21,10 @@ func TestRecoveryConflictInPodResults(t *testing.T) {
 	f := newFixture(t)
 	a, stop := f.run()
 	f.plugin("g0", "g1", "g2", "g3")
-	f.waitFor(a, "4 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 4 })
+	f.waitFor(a, "4 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 4 })
 	f.manifest("a", 1)
 	f.manifest("b", 1)
-	st := f.waitFor(a, "a and b admitted", func(st NodeStatus) bool {
+	st := f.waitFor(a, "a and b admitted", func(st statusapi.NodeStatus) bool {
 		return len(devicesOf(phase(st, "a"))) == 1 && len(devicesOf(phase(st, "b"))) == 1
 	})
 	ga := devicesOf(phase(st, "a"))[0]
@@ -35,7 +36,7 @@ func TestRecoveryConflictInPodResults(t *testing.T) {
 	claimInResult(t, a.cfg.PodsDir(), "b", ga)
 
 	a, _ = f.run()
-	st = f.waitFor(a, "a and b admitted with the conflict", func(st NodeStatus) bool {
+	st = f.waitFor(a, "a and b admitted with the conflict", func(st statusapi.NodeStatus) bool {
 		pa, pb := phase(st, "a"), phase(st, "b")
 		return pa != nil && pb != nil && len(pa.Conflicts) == 1 && len(pb.Conflicts) == 1
 	})
@@ -55,7 +56,7 @@ func TestRecoveryConflictInPodResults(t *testing.T) {
 	}
 
 	f.manifest("c", 3)
-	st = f.waitFor(a, "c admitted", func(st NodeStatus) bool { return len(devicesOf(phase(st, "c"))) == 3 })
+	st = f.waitFor(a, "c admitted", func(st statusapi.NodeStatus) bool { return len(devicesOf(phase(st, "c"))) == 3 })
 	if got := devicesOf(phase(st, "c")); slices.Contains(got, ga) {
 		t.Fatalf("c got the contested %s: %v", ga, got)
 	}
@@ -63,7 +64,7 @@ func TestRecoveryConflictInPodResults(t *testing.T) {
 	if err := os.Remove(filepath.Join(f.pods, "b.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "a's conflict over", func(st NodeStatus) bool {
+	f.waitFor(a, "a's conflict over", func(st statusapi.NodeStatus) bool {
 		pa := phase(st, "a")
 		return phase(st, "b") == nil && pa != nil && len(pa.Conflicts) == 0 && slices.Equal(devicesOf(pa), []string{ga})
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/agent/podruntime"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -153,9 +154,9 @@ func (c *containerRoom) stoppingPods() []*v1.Pod {
 
 // info says what runs, for /status and the page; a nil room (no runtime) says that nothing
 // does.
-func (c *containerRoom) info() RuntimeInfo {
+func (c *containerRoom) info() statusapi.RuntimeInfo {
 	if c == nil {
-		return RuntimeInfo{Message: podresult.NoContainersMessage}
+		return statusapi.RuntimeInfo{Message: podresult.NoContainersMessage}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -163,7 +164,7 @@ func (c *containerRoom) info() RuntimeInfo {
 	if c.name != "" {
 		msg = fmt.Sprintf("admitted pods run as containers through %s %s", c.name, c.version)
 	}
-	return RuntimeInfo{ContainersRun: true, Endpoint: c.endpoint, Name: c.name, Version: c.version, Message: msg}
+	return statusapi.RuntimeInfo{ContainersRun: true, Endpoint: c.endpoint, Name: c.name, Version: c.version, Message: msg}
 }
 
 // record writes the runtime's view of a pod into its result and publishes it.

@@ -18,6 +18,8 @@ import (
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/internal/containerdtest"
+
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // TestContainersWaitForTheSources: with a container runtime, the pods of the API server run as
@@ -64,8 +66,8 @@ func TestContainersWaitForTheSources(t *testing.T) {
 }
 
 // runtimePhase holds when the runtime reports the named pod in that phase.
-func runtimePhase(name string, want v1.PodPhase) func(NodeStatus) bool {
-	return func(st NodeStatus) bool {
+func runtimePhase(name string, want v1.PodPhase) func(statusapi.NodeStatus) bool {
+	return func(st statusapi.NodeStatus) bool {
 		p := phase(st, name)
 		return p != nil && p.Runtime != nil && p.Runtime.ContainersRun && p.Runtime.Phase == want
 	}
@@ -110,7 +112,7 @@ func TestPreStartBeforeEachContainerStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(plugin.Stop)
-	f.waitFor(a, "1 device", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 1 })
+	f.waitFor(a, "1 device", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 1 })
 
 	// The container exits 1 at once: restarted at once, then held in the crash back-off (10 s).
 	body := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crashing\nspec:\n  containers:\n  - name: main\n    image: " + probe +
@@ -118,7 +120,7 @@ func TestPreStartBeforeEachContainerStart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.pods, "crashing.yaml"), []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st := f.waitFor(a, "crashing restarted once and backing off", func(st NodeStatus) bool {
+	st := f.waitFor(a, "crashing restarted once and backing off", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "crashing")
 		if p == nil || p.Runtime == nil || len(p.Runtime.ContainerStatuses) != 1 {
 			return false

@@ -9,35 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
-)
-
-// Event is one entry of the agent's timeline of recent events, as the status page shows it.
-type Event struct {
-	Time time.Time `json:"time"`
-	// Kind is one of the Event* kinds.
-	Kind     string `json:"kind"`
-	Resource string `json:"resource,omitempty"`
-	// Pod is namespace/name.
-	Pod     string `json:"pod,omitempty"`
-	Message string `json:"message"`
-	// Deadline is, for a Waiting event, when the pod's admission gives up waiting; the page
-	// counts down to it.
-	Deadline *time.Time `json:"deadline,omitempty"`
-}
-
-// Event kinds.
-const (
-	EventStarted      = "Started"      // the agent started (or restarted)
-	EventRegistered   = "Registered"   // a device plugin registered, or registered again
-	EventDisconnected = "Disconnected" // a plugin went away; its resource is in its grace period
-	EventRemoved      = "Removed"      // a resource was removed after its grace period
-	EventHealth       = "Health"       // a device changed health while its plugin ran
-	EventAdmitted     = "Admitted"
-	EventWaiting      = "Waiting" // admission waits for a device plugin
-	EventRejected     = "Rejected"
-	EventPodRemoved   = "PodRemoved"
-	EventConflict     = "Conflict" // a pod's restored devices are claimed by other pods too, or no longer
 )
 
 // maxEvents bounds the timeline; older events are dropped.
@@ -64,8 +37,8 @@ type eventLog struct {
 	now func() time.Time
 
 	mu      sync.Mutex
-	events  []Event // ring of at most maxEvents
-	next    int     // where the next event goes once the ring is full
+	events  []statusapi.Event // ring of at most maxEvents
+	next    int               // where the next event goes once the ring is full
 	changed chan struct{}
 
 	phases    map[types.UID]string
@@ -97,7 +70,7 @@ func (l *eventLog) changes() <-chan struct{} {
 }
 
 // addLocked appends e, stamped now, and wakes the waiters. Callers hold mu.
-func (l *eventLog) addLocked(e Event) {
+func (l *eventLog) addLocked(e statusapi.Event) {
 	if e.Time.IsZero() {
 		e.Time = l.now()
 	}
@@ -110,16 +83,23 @@ func (l *eventLog) addLocked(e Event) {
 	l.signalLocked()
 }
 
+// touch wakes the waiters without an event: something else the page shows changed.
+func (l *eventLog) touch() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.signalLocked()
+}
+
 func (l *eventLog) signalLocked() {
 	close(l.changed)
 	l.changed = make(chan struct{})
 }
 
 // recent returns the timeline, newest first.
-func (l *eventLog) recent() []Event {
+func (l *eventLog) recent() []statusapi.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]Event, 0, len(l.events))
+	out := make([]statusapi.Event, 0, len(l.events))
 	for i := len(l.events) - 1; i >= 0; i-- {
 		out = append(out, l.events[(l.next+i)%len(l.events)])
 	}
@@ -135,7 +115,7 @@ func (l *eventLog) started(restored int) {
 	if restored > 0 {
 		msg = fmt.Sprintf("kdm restarted; %d containers of the previous run keep their devices", restored)
 	}
-	l.addLocked(Event{Kind: EventStarted, Message: msg})
+	l.addLocked(statusapi.Event{Kind: statusapi.EventStarted, Message: msg})
 }
 
 // podRecorded notes a pod's recorded result; a change of phase makes an event.
@@ -150,12 +130,12 @@ func (l *eventLog) podRecorded(r *podresult.PodResult) {
 		return
 	}
 	l.phases[r.UID] = r.Phase
-	e := Event{Pod: r.Namespace + "/" + r.Name}
+	e := statusapi.Event{Pod: r.Namespace + "/" + r.Name}
 	switch r.Phase {
 	case podresult.PhaseAdmitted:
-		e.Kind, e.Message = EventAdmitted, "admitted"+devicesSummary(r)
+		e.Kind, e.Message = statusapi.EventAdmitted, "admitted"+devicesSummary(r)
 	case podresult.PhasePending:
-		e.Kind, e.Message = EventWaiting, r.Message
+		e.Kind, e.Message = statusapi.EventWaiting, r.Message
 		if w, ok := l.waits[r.UID]; ok {
 			// The result's message names the deadline in RFC 3339; the event says it in
 			// words, and the page counts down to Deadline.
@@ -164,7 +144,7 @@ func (l *eventLog) podRecorded(r *podresult.PodResult) {
 			e.Message = fmt.Sprintf("container %q waits for the device plugin of %s to register", w.Container, w.Resource)
 		}
 	case podresult.PhaseRejected:
-		e.Kind, e.Message = EventRejected, r.Reason+": "+r.Message
+		e.Kind, e.Message = statusapi.EventRejected, r.Reason+": "+r.Message
 	default:
 		e.Kind, e.Message = r.Phase, r.Message
 	}
@@ -179,7 +159,7 @@ func (l *eventLog) conflictsRecordedLocked(r *podresult.PodResult) {
 	if w == prev {
 		return
 	}
-	e := Event{Kind: EventConflict, Pod: r.Namespace + "/" + r.Name, Message: w}
+	e := statusapi.Event{Kind: statusapi.EventConflict, Pod: r.Namespace + "/" + r.Name, Message: w}
 	if w == "" {
 		delete(l.conflicts, r.UID)
 		if !had {
@@ -251,7 +231,7 @@ func (l *eventLog) podRemoved(uid types.UID, namespace, name string) {
 		return
 	}
 	delete(l.phases, uid)
-	l.addLocked(Event{Kind: EventPodRemoved, Pod: namespace + "/" + name, Message: "removed; devices released"})
+	l.addLocked(statusapi.Event{Kind: statusapi.EventPodRemoved, Pod: namespace + "/" + name, Message: "removed; devices released"})
 }
 
 // removedResources returns the resources removed after their grace period, and when.
@@ -288,7 +268,7 @@ func (l *eventLog) observe(views []devicemanager.ResourceView, grace time.Durati
 			if known && prev.State != devicemanager.EndpointNone {
 				verb = "registered again"
 			}
-			l.addLocked(Event{Kind: EventRegistered, Resource: v.Name,
+			l.addLocked(statusapi.Event{Kind: statusapi.EventRegistered, Resource: v.Name,
 				Message: fmt.Sprintf("device plugin %s on %s", verb, ep.Socket)})
 		case ep.State == devicemanager.EndpointStopped && (!known || prev.State != ep.State || prev.Instance != ep.Instance):
 			delete(l.removed, v.Name)
@@ -296,7 +276,7 @@ func (l *eventLog) observe(views []devicemanager.ResourceView, grace time.Durati
 			if ep.Socket == "" {
 				msg = fmt.Sprintf("restored from the checkpoint; waiting up to %s for its device plugin to register", grace)
 			}
-			l.addLocked(Event{Kind: EventDisconnected, Resource: v.Name, Message: msg})
+			l.addLocked(statusapi.Event{Kind: statusapi.EventDisconnected, Resource: v.Name, Message: msg})
 		}
 		healthEvents += l.observeHealthLocked(v, prev, known, healthEvents)
 	}
@@ -318,7 +298,7 @@ func (l *eventLog) removeLocked(name string) {
 		return
 	}
 	l.removed[name] = l.now()
-	l.addLocked(Event{Kind: EventRemoved, Resource: name,
+	l.addLocked(statusapi.Event{Kind: statusapi.EventRemoved, Resource: name,
 		Message: "resource removed: its device plugin stayed away past the grace period"})
 }
 
@@ -349,11 +329,11 @@ func (l *eventLog) observeHealthLocked(v devicemanager.ResourceView, prevEndpoin
 			continue
 		}
 		added++
-		l.addLocked(Event{Kind: EventHealth, Resource: v.Name, Message: fmt.Sprintf("device %s is %s", d.ID, d.Health)})
+		l.addLocked(statusapi.Event{Kind: statusapi.EventHealth, Resource: v.Name, Message: fmt.Sprintf("device %s is %s", d.ID, d.Health)})
 	}
 	if skipped > 0 {
 		added++
-		l.addLocked(Event{Kind: EventHealth, Resource: v.Name, Message: fmt.Sprintf("%d more devices changed health", skipped)})
+		l.addLocked(statusapi.Event{Kind: statusapi.EventHealth, Resource: v.Name, Message: fmt.Sprintf("%d more devices changed health", skipped)})
 	}
 	return added
 }

@@ -11,6 +11,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/deviceplugin"
 )
 
@@ -21,9 +22,9 @@ func TestPodResultFollowsPluginDisconnect(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.run()
 	p := f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	f.manifest("worker", 1)
-	st := f.waitFor(a, "worker admitted", func(st NodeStatus) bool {
+	st := f.waitFor(a, "worker admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "worker")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -31,12 +32,12 @@ func TestPodResultFollowsPluginDisconnect(t *testing.T) {
 	f.waitForResultHealth(a, uid, v1.ResourceHealthStatusHealthy)
 
 	p.Stop()
-	f.waitFor(a, "allocatable 0", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 0 })
+	f.waitFor(a, "allocatable 0", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 0 })
 	f.waitForResultHealth(a, uid, v1.ResourceHealthStatusUnhealthy)
 
 	back := f.pluginOn("gpu-back.sock", "g0", "g1")
 	_ = back
-	f.waitFor(a, "allocatable 2 again", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "allocatable 2 again", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	f.waitForResultHealth(a, uid, v1.ResourceHealthStatusHealthy)
 }
 
@@ -58,7 +59,7 @@ func (f *fixture) waitForResultHealth(a *Agent, uid types.UID, want v1.ResourceH
 		}
 		return n > 0
 	}
-	f.waitFor(a, "the pod's devices "+string(want)+" in /status and its file", func(st NodeStatus) bool {
+	f.waitFor(a, "the pod's devices "+string(want)+" in /status and its file", func(st statusapi.NodeStatus) bool {
 		var inStatus *podresult.PodResult
 		for _, p := range st.Pods {
 			if p.UID == uid {

@@ -12,11 +12,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // serveHTTPForTest serves a's HTTP server within lim on a loopback listener, wrapped by wrap
 // if not nil, until the test ends; it returns the address.
-func serveHTTPForTest(t *testing.T, a *Agent, lim httpLimits, wrap func(net.Listener) net.Listener) string {
+func serveHTTPForTest(t *testing.T, a *Agent, lim statusapi.Limits, wrap func(net.Listener) net.Listener) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,11 +30,12 @@ func serveHTTPForTest(t *testing.T, a *Agent, lim httpLimits, wrap func(net.List
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.serveHTTPOn(ctx, lis, lim) }()
+	opts := statusapi.Options{Registry: a.cfg.Registry, Clock: a.clock, Logger: a.log, Limits: lim}
+	go func() { done <- statusapi.Serve(ctx, lis, a, opts) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("serveHTTPOn: %v", err)
+			t.Errorf("statusapi.Serve: %v", err)
 		}
 	})
 	return addr
@@ -73,11 +76,11 @@ func getHealthz(t *testing.T, addr string) (int, string) {
 const waitLimit = 20 * time.Second
 
 // TestHTTPHeaderTooLarge: a request whose query string makes its header larger than
-// HTTPMaxHeaderBytes gets 431, and the server goes on serving.
+// statusapi.HTTPMaxHeaderBytes gets 431, and the server goes on serving.
 func TestHTTPHeaderTooLarge(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.run()
-	addr := serveHTTPForTest(t, a, defaultHTTPLimits, nil)
+	addr := serveHTTPForTest(t, a, statusapi.DefaultLimits, nil)
 	for range 3 {
 		c := dialHTTP(t, addr, "")
 		go func() { // the server may answer, and stop reading, before the whole header is sent
@@ -162,8 +165,8 @@ func TestHTTPConnectionBound(t *testing.T) {
 	const bound, holders = 8, 40
 	f := newFixture(t)
 	a, _ := f.run()
-	lim := defaultHTTPLimits
-	lim.maxConnections, lim.readHeaderTimeout, lim.readTimeout = bound, time.Minute, time.Minute
+	lim := statusapi.DefaultLimits
+	lim.MaxConnections, lim.ReadHeaderTimeout, lim.ReadTimeout = bound, time.Minute, time.Minute
 	var counter *countingListener
 	addr := serveHTTPForTest(t, a, lim, func(l net.Listener) net.Listener {
 		counter = &countingListener{Listener: l}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent/internal/apitest"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
@@ -139,7 +140,7 @@ func TestAPIServerPodSource(t *testing.T) {
 	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "the completed pod released", func(st NodeStatus) bool { return phase(st, "init") == nil })
+	f.waitFor(a, "the completed pod released", func(st statusapi.NodeStatus) bool { return phase(st, "init") == nil })
 
 	// Reused name: the first "again" takes all 4 GPUs; it is deleted, and its successor under
 	// the same name (a new UID) gets them.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 func manifestBody(name, uid string, gpus int) string {
@@ -38,7 +39,7 @@ func (f *fixture) runLogged(cfg Config) (*Agent, func() string) {
 			f.t.Errorf("Run: %v", err)
 		}
 	})
-	f.waitFor(a, "kubelet.sock", func(NodeStatus) bool {
+	f.waitFor(a, "kubelet.sock", func(statusapi.NodeStatus) bool {
 		_, err := os.Stat(filepath.Join(f.plugins, "kubelet.sock"))
 		return err == nil
 	})
@@ -75,7 +76,7 @@ func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.run()
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	write := func(name, body string) {
 		t.Helper()
 		if err := os.WriteFile(filepath.Join(f.pods, name), []byte(body), 0o600); err != nil {
@@ -84,7 +85,7 @@ func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
 	}
 	good := manifestBody("keep", "uid-keep", 1)
 	write("keep.yaml", good)
-	f.waitFor(a, "keep admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "keep admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "keep")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -93,7 +94,7 @@ func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
 		t.Fatalf("keep holds %v", devices)
 	}
 	write("keep.yaml", strings.Replace(good, "gpu: 1", "gpu: 0.5", 1))
-	st := f.waitFor(a, "keep warned", func(st NodeStatus) bool { p := phase(st, "keep"); return p != nil && p.Warning != "" })
+	st := f.waitFor(a, "keep warned", func(st statusapi.NodeStatus) bool { p := phase(st, "keep"); return p != nil && p.Warning != "" })
 	if p := phase(st, "keep"); p.Phase != podresult.PhaseAdmitted || !strings.Contains(p.Warning, "invalid") || !strings.Contains(p.Warning, "example.com/gpu") {
 		t.Fatalf("keep after the invalid edit: %+v", p)
 	}
@@ -101,13 +102,16 @@ func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
 		t.Fatalf("keep's devices changed from %v to %v", devices, got)
 	}
 	write("keep.yaml", good)
-	f.waitFor(a, "warning cleared", func(st NodeStatus) bool {
+	f.waitFor(a, "warning cleared", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "keep")
 		return p != nil && p.Warning == "" && p.Phase == podresult.PhaseAdmitted
 	})
 
 	write("neg.yaml", strings.Replace(manifestBody("neg", "uid-neg", 1), "gpu: 1", "gpu: -1", 1))
-	st = f.waitFor(a, "neg rejected", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == podresult.PhaseRejected })
+	st = f.waitFor(a, "neg rejected", func(st statusapi.NodeStatus) bool {
+		p := phase(st, "neg")
+		return p != nil && p.Phase == podresult.PhaseRejected
+	})
 	if p := phase(st, "neg"); p.Reason != ReasonInvalidPod || !strings.Contains(p.Message, "limits[example.com/gpu]") {
 		t.Fatalf("neg: %+v", p)
 	}
@@ -116,7 +120,10 @@ func TestInvalidEditKeepsAdmittedPod(t *testing.T) {
 	}
 	// Fixed under the same UID, the pod is judged again and admitted.
 	write("neg.yaml", manifestBody("neg", "uid-neg", 1))
-	f.waitFor(a, "neg admitted once fixed", func(st NodeStatus) bool { p := phase(st, "neg"); return p != nil && p.Phase == podresult.PhaseAdmitted })
+	f.waitFor(a, "neg admitted once fixed", func(st statusapi.NodeStatus) bool {
+		p := phase(st, "neg")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 }
 
 // TestManifestPathMissingIsWatched: a --pod-manifest-path that does not exist is logged at start
@@ -128,7 +135,7 @@ func TestManifestPathMissingIsWatched(t *testing.T) {
 	missing := filepath.Join(f.base, "typo", "pods")
 	a, logs := f.runLogged(Config{PodManifestPath: missing, ResyncPeriod: time.Hour})
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	f.waitLog(logs, "Pod manifest path does not exist; watching for it to appear", `path="`+missing+`"`)
 	if !a.ready.Load() {
 		t.Fatalf("a missing manifest directory holds up readiness")
@@ -147,7 +154,7 @@ func TestManifestPathMissingIsWatched(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(missing, "late.yaml"), []byte(manifestBody("late", "uid-late", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "late admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "late admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "late")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -164,7 +171,7 @@ func TestManifestHalfWrittenIsNotReported(t *testing.T) {
 	f := newFixture(t)
 	a, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 
 	body := manifestBody("copied", "uid-copied", 1)
 	cut := strings.Index(body, "name:") + 3 // "metadata:\n  nam": no name yet
@@ -182,7 +189,7 @@ func TestManifestHalfWrittenIsNotReported(t *testing.T) {
 	if err := file.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "copied admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "copied admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "copied")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -225,11 +232,11 @@ func TestManifestValidPrefixIsNotAdmitted(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.runWith(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 
 	// 60 ms: past the 20 ms event coalescing, within manifestDebounce.
 	writeInTwoParts(t, filepath.Join(f.pods, "prefix.yaml"), manifestBody("prefix", "uid-prefix", 1), 60*time.Millisecond)
-	st := f.waitFor(a, "prefix admitted", func(st NodeStatus) bool {
+	st := f.waitFor(a, "prefix admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "prefix")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -246,13 +253,13 @@ func TestRestartWhileAManifestIsRewritten(t *testing.T) {
 	f := newFixture(t)
 	a, stop := f.runWith(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	path := filepath.Join(f.pods, "keeper.yaml")
 	body := manifestBody("keeper", "uid-keeper", 1)
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "keeper admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "keeper admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "keeper")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -269,7 +276,7 @@ func TestRestartWhileAManifestIsRewritten(t *testing.T) {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(b, "keeper restored", func(st NodeStatus) bool {
+	f.waitFor(b, "keeper restored", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "keeper")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -288,13 +295,13 @@ func TestRunningPodRewrittenInPlaceQuietly(t *testing.T) {
 	f := newFixture(t)
 	a, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	path := filepath.Join(f.pods, "steady.yaml")
 	body := manifestBody("steady", "uid-steady", 1)
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "steady admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "steady admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "steady")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -304,7 +311,7 @@ func TestRunningPodRewrittenInPlaceQuietly(t *testing.T) {
 	// A pod written after the rewrite is judged with it or later, once the directory settles:
 	// when it is admitted, the rewritten file has been judged too.
 	f.manifest("marker", 1)
-	f.waitFor(a, "marker admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "marker admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "marker")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -339,13 +346,16 @@ func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
 	f := newFixture(t)
 	a, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	path := filepath.Join(f.pods, "a.yaml")
 	full := noUIDBody("a", "x", 2)
 	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st := f.waitFor(a, "a admitted", func(st NodeStatus) bool { p := phase(st, "a"); return p != nil && p.Phase == podresult.PhaseAdmitted })
+	st := f.waitFor(a, "a admitted", func(st statusapi.NodeStatus) bool {
+		p := phase(st, "a")
+		return p != nil && p.Phase == podresult.PhaseAdmitted
+	})
 	running := phase(st, "a").UID
 	before := fmt.Sprint(a.Manager().GetDevices(string(running), "main"))
 
@@ -358,7 +368,10 @@ func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
 	}
 	f.manifest("b", 2)
 	// b is judged once the directory settles; the half is as old by then, its writer open.
-	f.waitFor(a, "b decided", func(st NodeStatus) bool { p := phase(st, "b"); return p != nil && p.Phase != podresult.PhasePending })
+	f.waitFor(a, "b decided", func(st statusapi.NodeStatus) bool {
+		p := phase(st, "b")
+		return p != nil && p.Phase != podresult.PhasePending
+	})
 	time.Sleep(300 * time.Millisecond) // the writer pauses
 	if _, err := w.WriteString(full[len(validHalf(full)):]); err != nil {
 		t.Fatal(err)
@@ -367,7 +380,7 @@ func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.manifest("marker", 0)
-	st = f.waitFor(a, "marker admitted", func(st NodeStatus) bool {
+	st = f.waitFor(a, "marker admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "marker")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -393,14 +406,14 @@ func TestManifestSlowRewriteKeepsRunningPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.manifest("marker2", 0)
-	st = f.waitFor(a, "marker2 admitted", func(st NodeStatus) bool {
+	st = f.waitFor(a, "marker2 admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "marker2")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
 	if p := phase(st, "a"); p == nil || p.UID != running {
 		t.Fatalf("a right after its replacement: %+v, want %s until the replacement settles", p, running)
 	}
-	st = f.waitFor(a, "a replaced", func(st NodeStatus) bool {
+	st = f.waitFor(a, "a replaced", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "a")
 		return p != nil && p.UID != running && p.Phase == podresult.PhaseAdmitted
 	})
@@ -418,13 +431,13 @@ func TestRestartWhileAHalfManifestIsOnDisk(t *testing.T) {
 	f := newFixture(t)
 	a, stop := f.runWith(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	path := filepath.Join(f.pods, "keeper.yaml")
 	full := noUIDBody("keeper", "x", 1)
 	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st := f.waitFor(a, "keeper admitted", func(st NodeStatus) bool {
+	st := f.waitFor(a, "keeper admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "keeper")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -438,15 +451,15 @@ func TestRestartWhileAHalfManifestIsOnDisk(t *testing.T) {
 	b, logs := f.runLogged(Config{PodManifestPath: f.pods, ResyncPeriod: time.Hour})
 	// A pod written after the restart is judged once the directory settles, the half with it.
 	f.manifest("marker", 0)
-	f.waitFor(b, "marker admitted", func(st NodeStatus) bool {
+	f.waitFor(b, "marker admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "marker")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
 	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(b, "ready", func(NodeStatus) bool { return b.ready.Load() })
-	st = f.waitFor(b, "keeper restored", func(st NodeStatus) bool {
+	f.waitFor(b, "ready", func(statusapi.NodeStatus) bool { return b.ready.Load() })
+	st = f.waitFor(b, "keeper restored", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "keeper")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // TestAdmissionMetrics: kdm_admissions_total counts each admission's outcome once: a pod
@@ -20,14 +21,14 @@ func TestAdmissionMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a, _ := f.runWith(Config{PodManifestPath: f.pods, Registry: reg})
 	f.plugin("g0", "g1")
-	f.waitFor(a, "2 devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	f.waitFor(a, "2 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
 	f.manifest("fits", 2)
-	f.waitFor(a, "fits admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "fits admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "fits")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
 	f.manifest("nofit", 1)
-	f.waitFor(a, "nofit rejected", func(st NodeStatus) bool {
+	f.waitFor(a, "nofit rejected", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "nofit")
 		return p != nil && p.Phase == podresult.PhaseRejected
 	})
@@ -35,7 +36,7 @@ func TestAdmissionMetrics(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.pods, "bad.yaml"), []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(a, "bad rejected", func(st NodeStatus) bool {
+	f.waitFor(a, "bad rejected", func(st statusapi.NodeStatus) bool {
 		for _, p := range st.Pods {
 			if p.Reason == ReasonInvalidPod {
 				return true

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 )
@@ -25,7 +26,7 @@ func TestAdmittedEventCountsDistinctDevices(t *testing.T) {
 		}}
 	l.podRecorded(r)
 	ev := l.recent()
-	if len(ev) != 1 || ev[0].Kind != EventAdmitted {
+	if len(ev) != 1 || ev[0].Kind != statusapi.EventAdmitted {
 		t.Fatalf("events %+v, want one Admitted", ev)
 	}
 	if want := "admitted with 1 × example.com/nic; 2 × nvidia.com/gpu"; ev[0].Message != want {
@@ -45,7 +46,7 @@ func TestWaitingEventHasDeadline(t *testing.T) {
 	l.podWaiting(r.UID, "main", "example.com/gpu", deadline)
 	l.podRecorded(r)
 	ev := l.recent()
-	if len(ev) != 1 || ev[0].Kind != EventWaiting {
+	if len(ev) != 1 || ev[0].Kind != statusapi.EventWaiting {
 		t.Fatalf("events %+v, want one Waiting", ev)
 	}
 	e := ev[0]
@@ -64,7 +65,7 @@ func TestPageStateFreeAndPolicy(t *testing.T) {
 	a, _ := f.runWith(Config{PodManifestPath: f.pods, Policy: devicemanager.KDMPolicy()})
 	p := f.plugin("g0", "g1", "g2", "g3")
 	f.manifest("one", 1)
-	f.waitFor(a, "the pod admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "the pod admitted", func(st statusapi.NodeStatus) bool {
 		r := phase(st, "one")
 		return r != nil && r.Phase == podresult.PhaseAdmitted && len(devicesOf(r)) == 1
 	})

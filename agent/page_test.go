@@ -2,12 +2,10 @@ package agent
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,36 +13,35 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
-// pageServer serves the agent's status page handlers on a test server; the streams end when
-// the test does.
-func pageServer(t *testing.T, a *Agent) *httptest.Server {
+// testServer is the agent's HTTP server as the page tests reach it.
+type testServer struct {
+	URL    string
+	client *http.Client
+}
+
+// Client is a client of the server whose connections end with the test.
+func (s *testServer) Client() *http.Client { return s.client }
+
+// pageServer serves a's HTTP API, the status page with it, on a loopback listener until the
+// test ends.
+func pageServer(t *testing.T, a *Agent) *testServer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	streams := newStateStreams(a, HTTPMaxStreams, HTTPWriteTimeout)
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		streams.run(ctx)
-	}()
-	mux := http.NewServeMux()
-	if err := a.pageHandlers(mux, streams); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { cancel(); <-ran; srv.Close() })
-	return srv
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &testServer{URL: "http://" + serveHTTPForTest(t, a, statusapi.DefaultLimits, nil), client: &http.Client{Transport: tr}}
 }
 
 // stateStream reads PageStates pushed by /api/stream.
 type stateStream struct {
 	t      *testing.T
-	states chan PageState
+	states chan statusapi.PageState
 }
 
-func openStream(t *testing.T, srv *httptest.Server) *stateStream {
+func openStream(t *testing.T, srv *testServer) *stateStream {
 	t.Helper()
 	resp, err := srv.Client().Get(srv.URL + "/api/stream")
 	if err != nil {
@@ -53,7 +50,7 @@ func openStream(t *testing.T, srv *httptest.Server) *stateStream {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("/api/stream Content-Type = %q, want text/event-stream", ct)
 	}
-	s := &stateStream{t: t, states: make(chan PageState, 64)}
+	s := &stateStream{t: t, states: make(chan statusapi.PageState, 64)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -65,9 +62,9 @@ func openStream(t *testing.T, srv *httptest.Server) *stateStream {
 			if !ok {
 				continue
 			}
-			var st PageState
+			var st statusapi.PageState
 			if err := json.Unmarshal([]byte(data), &st); err != nil {
-				t.Errorf("stream sent a state that is not PageState JSON: %v", err)
+				t.Errorf("stream sent a state that is not statusapi.PageState JSON: %v", err)
 				return
 			}
 			select {
@@ -83,10 +80,10 @@ func openStream(t *testing.T, srv *httptest.Server) *stateStream {
 }
 
 // next waits up to within for a pushed state satisfying cond.
-func (s *stateStream) next(what string, within time.Duration, cond func(PageState) bool) PageState {
+func (s *stateStream) next(what string, within time.Duration, cond func(statusapi.PageState) bool) statusapi.PageState {
 	s.t.Helper()
 	timeout := time.After(within)
-	var last PageState
+	var last statusapi.PageState
 	for {
 		select {
 		case st, ok := <-s.states:
@@ -104,7 +101,7 @@ func (s *stateStream) next(what string, within time.Duration, cond func(PageStat
 	}
 }
 
-func resourceOf(st PageState, name string) *PageResource {
+func resourceOf(st statusapi.PageState, name string) *statusapi.PageResource {
 	for i := range st.Resources {
 		if st.Resources[i].Name == name {
 			return &st.Resources[i]
@@ -113,7 +110,7 @@ func resourceOf(st PageState, name string) *PageResource {
 	return nil
 }
 
-func hasEvent(st PageState, kind, subject string) bool {
+func hasEvent(st statusapi.PageState, kind, subject string) bool {
 	for _, e := range st.Events {
 		if e.Kind == kind && (e.Resource == subject || e.Pod == subject) {
 			return true
@@ -130,27 +127,27 @@ func TestStatusPageStreamsPluginLifecycle(t *testing.T) {
 	a, _ := f.runWith(Config{PodManifestPath: f.pods, GracePeriod: 4 * time.Second})
 	p := f.plugin("dev-a", "dev-b", "dev-c")
 	f.manifest("holder", 2)
-	f.waitFor(a, "pod admitted", func(st NodeStatus) bool {
+	f.waitFor(a, "pod admitted", func(st statusapi.NodeStatus) bool {
 		r := phase(st, "holder")
 		return r != nil && r.Phase == podresult.PhaseAdmitted
 	})
 	srv := pageServer(t, a)
 	s := openStream(t, srv)
 
-	st := s.next("3 devices, 2 held by default/holder", 5*time.Second, func(st PageState) bool {
+	st := s.next("3 devices, 2 held by default/holder", 5*time.Second, func(st statusapi.PageState) bool {
 		r := resourceOf(st, "example.com/gpu")
 		if r == nil || r.Capacity != 3 || r.Allocatable != 3 || r.Endpoint.State != "Running" || len(r.Devices) != 3 {
 			return false
 		}
 		held := 0
 		for _, d := range r.Devices {
-			if len(d.Holders) == 1 && d.Holders[0] == (PageHolder{Pod: "default/holder", Container: "main"}) {
+			if len(d.Holders) == 1 && d.Holders[0] == (statusapi.PageHolder{Pod: "default/holder", Container: "main"}) {
 				held++
 			}
 		}
 		return held == 2
 	})
-	for _, want := range [][2]string{{EventStarted, ""}, {EventRegistered, "example.com/gpu"}, {EventAdmitted, "default/holder"}} {
+	for _, want := range [][2]string{{statusapi.EventStarted, ""}, {statusapi.EventRegistered, "example.com/gpu"}, {statusapi.EventAdmitted, "default/holder"}} {
 		if !hasEvent(st, want[0], want[1]) {
 			t.Errorf("timeline lacks a %s event for %q: %+v", want[0], want[1], st.Events)
 		}
@@ -161,13 +158,13 @@ func TestStatusPageStreamsPluginLifecycle(t *testing.T) {
 
 	p.Stop()
 	stoppedAt := time.Now()
-	st = s.next("the endpoint stopped with a countdown and allocatable 0", 2*time.Second, func(st PageState) bool {
+	st = s.next("the endpoint stopped with a countdown and allocatable 0", 2*time.Second, func(st statusapi.PageState) bool {
 		r := resourceOf(st, "example.com/gpu")
 		return r != nil && r.Endpoint.State == "Stopped" && r.Allocatable == 0 && r.Capacity == 3 &&
 			r.Endpoint.GraceRemainingMs > 0 && r.Endpoint.GraceRemainingMs <= 4000
 	})
 	t.Logf("stop shown after %s", time.Since(stoppedAt))
-	if !hasEvent(st, EventDisconnected, "example.com/gpu") {
+	if !hasEvent(st, statusapi.EventDisconnected, "example.com/gpu") {
 		t.Errorf("timeline lacks the disconnect: %+v", st.Events)
 	}
 	for _, d := range resourceOf(st, "example.com/gpu").Devices {
@@ -176,10 +173,10 @@ func TestStatusPageStreamsPluginLifecycle(t *testing.T) {
 		}
 	}
 
-	st = s.next("the resource removed after the grace period", 10*time.Second, func(st PageState) bool {
+	st = s.next("the resource removed after the grace period", 10*time.Second, func(st statusapi.PageState) bool {
 		r := resourceOf(st, "example.com/gpu")
-		return r != nil && r.Endpoint.State == EndpointRemoved && r.Endpoint.RemovedAt != nil &&
-			hasEvent(st, EventRemoved, "example.com/gpu")
+		return r != nil && r.Endpoint.State == statusapi.EndpointRemoved && r.Endpoint.RemovedAt != nil &&
+			hasEvent(st, statusapi.EventRemoved, "example.com/gpu")
 	})
 	if r := resourceOf(st, "example.com/gpu"); r.Allocatable != 0 {
 		t.Errorf("removed resource allocatable = %d, want 0", r.Allocatable)
@@ -319,7 +316,7 @@ func TestStatusPageWaitingPod(t *testing.T) {
 	a, _ := f.runWith(Config{PodManifestPath: f.pods, Policy: devicemanager.KDMPolicy()})
 	f.manifest("early", 1)
 	s := openStream(t, pageServer(t, a))
-	st := s.next("the pod waiting for example.com/gpu", 10*time.Second, func(st PageState) bool {
+	st := s.next("the pod waiting for example.com/gpu", 10*time.Second, func(st statusapi.PageState) bool {
 		return len(st.Pods) == 1 && st.Pods[0].Phase == podresult.PhasePending && st.Pods[0].Waiting != nil
 	})
 	w := st.Pods[0].Waiting
@@ -327,11 +324,11 @@ func TestStatusPageWaitingPod(t *testing.T) {
 	if w.Resource != "example.com/gpu" || w.Container != "main" || w.RemainingMs <= 0 || w.RemainingMs > timeout.Milliseconds() {
 		t.Errorf("waiting = %+v, want container main waiting for example.com/gpu with at most %s left", w, timeout)
 	}
-	if !hasEvent(st, EventWaiting, "default/early") {
+	if !hasEvent(st, statusapi.EventWaiting, "default/early") {
 		t.Errorf("timeline lacks the wait: %+v", st.Events)
 	}
 	f.plugin("g0")
-	st = s.next("the pod admitted once the plugin registered", 10*time.Second, func(st PageState) bool {
+	st = s.next("the pod admitted once the plugin registered", 10*time.Second, func(st statusapi.PageState) bool {
 		return len(st.Pods) == 1 && st.Pods[0].Phase == podresult.PhaseAdmitted
 	})
 	if st.Pods[0].Waiting != nil {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,11 +44,6 @@ func isExtendedResource(name v1.ResourceName) bool { return resourcename.IsExten
 // "requests." name, and a valid qualified name. Device-plugin resources are.
 func IsExtendedResourceName(name v1.ResourceName) bool {
 	return resourcename.IsExtended(string(name))
-}
-
-// joinWarnings joins the non-empty warnings into one text.
-func joinWarnings(ws ...string) string {
-	return strings.Join(slices.DeleteFunc(ws, func(w string) bool { return w == "" }), " ")
 }
 
 // fillConflicts sets the result's Conflicts from the manager's contested devices, naming the

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // TestAdmissionOnlySaysNoContainersRun: without a container runtime, the pod result, /status
@@ -16,9 +17,9 @@ func TestAdmissionOnlySaysNoContainersRun(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.run()
 	f.plugin("g0")
-	f.waitFor(a, "1 device", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 1 })
+	f.waitFor(a, "1 device", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 1 })
 	f.manifest("only", 1)
-	st := f.waitFor(a, "only admitted", func(st NodeStatus) bool {
+	st := f.waitFor(a, "only admitted", func(st statusapi.NodeStatus) bool {
 		p := phase(st, "only")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})

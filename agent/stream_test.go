@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // rawStream reads an /api/stream response on a raw connection and keeps its events' data
@@ -120,9 +121,9 @@ func TestHTTPStreams(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.run()
 	f.plugin("g0", "g1")
-	f.waitFor(a, "the plugin's devices", func(st NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
-	lim := defaultHTTPLimits
-	lim.maxStreams, lim.readTimeout = 4, 200*time.Millisecond // streams outlive the read timeout
+	f.waitFor(a, "the plugin's devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 2 })
+	lim := statusapi.DefaultLimits
+	lim.MaxStreams, lim.ReadTimeout = 4, 200*time.Millisecond // streams outlive the read timeout
 	addr := serveHTTPForTest(t, a, lim, nil)
 
 	stalled := []net.Conn{neverReadingStream(t, addr), neverReadingStream(t, addr)}
@@ -133,7 +134,7 @@ func TestHTTPStreams(t *testing.T) {
 	}
 
 	f.manifest("during", 1)
-	f.waitFor(a, "the pod admitted while streams stall", func(st NodeStatus) bool {
+	f.waitFor(a, "the pod admitted while streams stall", func(st statusapi.NodeStatus) bool {
 		r := phase(st, "during")
 		return r != nil && r.Phase == podresult.PhaseAdmitted
 	})
@@ -143,7 +144,7 @@ func TestHTTPStreams(t *testing.T) {
 		return slices.ContainsFunc(readers[1].matching(admitted...), func(f string) bool { return slices.Contains(first, f) })
 	})
 
-	mark := time.Now().Add(2 * lim.readTimeout)
+	mark := time.Now().Add(2 * lim.ReadTimeout)
 	until(t, "heartbeats past the read timeout", func() bool {
 		return readers[0].lastAt().After(mark) && readers[1].lastAt().After(mark)
 	})
@@ -155,45 +156,14 @@ func TestHTTPStreams(t *testing.T) {
 	})
 }
 
-// TestStateStreamsKeepOnlyTheLatest: a stream that has not taken its frame gets the newer one
-// instead, never a queue; the bound counts open streams only.
-func TestStateStreamsKeepOnlyTheLatest(t *testing.T) {
-	f := newFixture(t)
-	a, _ := f.run()
-	s := newStateStreams(a, 2, time.Second)
-	behind, err := s.subscribe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.publish()
-	fresh, err := s.subscribe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.subscribe(); err == nil {
-		t.Fatal("a third stream was served past a bound of 2")
-	}
-	s.publish()
-	if len(behind.mailbox) != 1 || len(fresh.mailbox) != 1 {
-		t.Fatalf("mailboxes hold %d and %d frames, want 1 each", len(behind.mailbox), len(fresh.mailbox))
-	}
-	if got, want := <-behind.mailbox, <-fresh.mailbox; string(got) != string(want) {
-		t.Fatalf("the stream behind holds %q, want the latest frame %q", got, want)
-	}
-	s.unsubscribe(fresh)
-	if _, err := s.subscribe(); err != nil {
-		t.Fatalf("a stream after one ended: %v", err)
-	}
-}
-
 // TestHTTPGoroutinesReturnToBaseline: clients that keep connections open but silent (after a
 // request, or halfway through a header), send oversized headers, or open streams and leave,
 // leave no goroutine behind once the timeouts have passed.
 func TestHTTPGoroutinesReturnToBaseline(t *testing.T) {
 	f := newFixture(t)
 	a, _ := f.run()
-	lim := defaultHTTPLimits
-	lim.readHeaderTimeout, lim.idleTimeout = 200*time.Millisecond, 200*time.Millisecond
+	lim := statusapi.DefaultLimits
+	lim.ReadHeaderTimeout, lim.IdleTimeout = 200*time.Millisecond, 200*time.Millisecond
 	addr := serveHTTPForTest(t, a, lim, nil)
 	if code, _ := getHealthz(t, addr); code != http.StatusOK {
 		t.Fatalf("/healthz: %d", code)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // TestRacingManifestsSameWinner: three manifests asking 3 of the 8 GPUs each are moved in at
@@ -33,7 +34,7 @@ func TestRacingManifestsSameWinner(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		st := n.eventually("all three decided", func(st agent.NodeStatus) bool {
+		st := n.eventually("all three decided", func(st statusapi.NodeStatus) bool {
 			return decided("race-a")(st) && decided("race-b")(st) && decided("race-c")(st)
 		})
 		for _, name := range names {
@@ -48,7 +49,7 @@ func TestRacingManifestsSameWinner(t *testing.T) {
 		for _, name := range names {
 			n.deletePod(name)
 		}
-		n.eventually("the racers gone", func(st agent.NodeStatus) bool {
+		n.eventually("the racers gone", func(st statusapi.NodeStatus) bool {
 			return pod(st, "race-a") == nil && pod(st, "race-b") == nil && pod(st, "race-c") == nil
 		})
 	}
@@ -78,7 +79,7 @@ func restartWithoutPlugin(t *testing.T, n *node, extra ...string) *process {
 func TestWaitingPodHoldsUpNothingElse(t *testing.T) {
 	n := newNode(t)
 	kdm := restartWithoutPlugin(t, n)
-	st := n.eventually("waiter pending", func(st agent.NodeStatus) bool {
+	st := n.eventually("waiter pending", func(st statusapi.NodeStatus) bool {
 		p := pod(st, "waiter")
 		return p != nil && p.Phase == podresult.PhasePending
 	})
@@ -115,11 +116,11 @@ func TestWaitingPodRejectedWhenResourceRemoved(t *testing.T) {
 	n := newNode(t)
 	start := time.Now()
 	kdm := restartWithoutPlugin(t, n, "--grace-period", "3s", "--defer-admission-timeout", "10m")
-	n.eventually("waiter pending", func(st agent.NodeStatus) bool {
+	n.eventually("waiter pending", func(st statusapi.NodeStatus) bool {
 		p := pod(st, "waiter")
 		return p != nil && p.Phase == podresult.PhasePending
 	})
-	st := n.eventually("waiter rejected", func(st agent.NodeStatus) bool {
+	st := n.eventually("waiter rejected", func(st statusapi.NodeStatus) bool {
 		p := pod(st, "waiter")
 		return p != nil && p.Phase == podresult.PhaseRejected
 	})
@@ -145,13 +146,13 @@ func TestUnregisteredResourceWaitsAtStartup(t *testing.T) {
 		kdm := n.startKdm("--policy", "kdm", "--defer-admission-timeout", "4s")
 		n.writePod("early", 1)
 		n.placeManifest("typo.yaml", podManifest("typo", uidOf("typo"), "      limits:\n        example.com/never: 1\n"))
-		n.eventually("early pending", func(st agent.NodeStatus) bool {
+		n.eventually("early pending", func(st statusapi.NodeStatus) bool {
 			p := pod(st, "early")
 			return p != nil && p.Phase == podresult.PhasePending
 		})
 		n.startPlugin()
 		n.eventually("early admitted with its GPU", admitted("early", 1))
-		n.eventually("typo admitted when the window ends", func(st agent.NodeStatus) bool {
+		n.eventually("typo admitted when the window ends", func(st statusapi.NodeStatus) bool {
 			p := pod(st, "typo")
 			return p != nil && p.Phase == podresult.PhaseAdmitted
 		})
@@ -164,7 +165,7 @@ func TestUnregisteredResourceWaitsAtStartup(t *testing.T) {
 		n := newNode(t)
 		kdm := n.startKdm()
 		n.writePod("early", 1)
-		st := n.eventually("early admitted at once", func(st agent.NodeStatus) bool {
+		st := n.eventually("early admitted at once", func(st statusapi.NodeStatus) bool {
 			p := pod(st, "early")
 			return p != nil && p.Phase == podresult.PhaseAdmitted
 		})

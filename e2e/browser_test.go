@@ -19,8 +19,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
 )
@@ -292,14 +292,14 @@ func TestStatusPage(t *testing.T) {
 	n := newNode(t)
 	n.startKdm()
 	// Once kdm serves, its start-up cleanup is over: a plugin started earlier registers twice.
-	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	n.eventually("kdm serving", func(statusapi.NodeStatus) bool { return true })
 	n.startPlugin()
 	n.eventually("8 GPUs", gpus(8))
 	n.copySamplePod("training") // ml/training: 4 GPUs
 	n.copySamplePod("notebook") // research/notebook: 1 GPU
 	n.placeManifest("shared.yaml", sharedGPUsPod)
 	n.writePod("oversized", 9) // more GPUs than the node has: rejected
-	n.eventually("sample pods admitted, the oversized one rejected", func(st agent.NodeStatus) bool {
+	n.eventually("sample pods admitted, the oversized one rejected", func(st statusapi.NodeStatus) bool {
 		tr, nb, sh, big := pod(st, "training"), pod(st, "notebook"), pod(st, "shared"), pod(st, "oversized")
 		return tr != nil && tr.Phase == podresult.PhaseAdmitted && nb != nil && nb.Phase == podresult.PhaseAdmitted &&
 			sh != nil && sh.Phase == podresult.PhaseAdmitted && big != nil && big.Phase == podresult.PhaseRejected
@@ -332,7 +332,7 @@ func TestStatusPage(t *testing.T) {
 	if v.Runtime != podresult.NoContainersMessage {
 		t.Errorf("the pods section says %q about containers; want %q", v.Runtime, podresult.NoContainersMessage)
 	}
-	if e, ok := v.event(agent.EventAdmitted, "e2e/shared"); !ok || e.Text != "admitted with 2 × nvidia.com/gpu" {
+	if e, ok := v.event(statusapi.EventAdmitted, "e2e/shared"); !ok || e.Text != "admitted with 2 × nvidia.com/gpu" {
 		t.Errorf("the shared pod's Admitted event reads %q (found: %v), want \"admitted with 2 × nvidia.com/gpu\"", e.Text, ok)
 	}
 	assertIDsUnbroken(t, b, "desktop", allIDs)
@@ -369,7 +369,7 @@ func TestStatusPage(t *testing.T) {
 		!strings.Contains(p.Text, "which is unexpected") {
 		t.Errorf("oversized pod shown %q: %q, want Rejected with the kubelet's message", p.Phase, p.Text)
 	}
-	for _, kind := range []string{agent.EventStarted, agent.EventRegistered, agent.EventAdmitted, agent.EventRejected} {
+	for _, kind := range []string{statusapi.EventStarted, statusapi.EventRegistered, statusapi.EventAdmitted, statusapi.EventRejected} {
 		if v.count(kind) == 0 {
 			t.Errorf("timeline lacks a %s event: %v", kind, v.Events)
 		}
@@ -381,14 +381,14 @@ func TestStatusPage(t *testing.T) {
 	b.screenshot(shots, "status-page.png")
 
 	// The plugin dies: the page shows it at once, without a reload.
-	registered := v.count(agent.EventRegistered)
+	registered := v.count(statusapi.EventRegistered)
 	n.killPlugins()
 	v, took := b.waitView("the endpoint stopped with a countdown and allocatable 0", 2*time.Second, func(v pageView) bool {
 		s, ok := countdownSeconds(v.Countdown)
 		return v.State == "Stopped" && v.Alloc == "0" && v.Capacity == "8" && ok && s > 0 && s <= 300
 	})
 	t.Logf("the page showed the stopped endpoint %s after the SIGKILL", took.Round(time.Millisecond))
-	if v.count(agent.EventDisconnected) == 0 {
+	if v.count(statusapi.EventDisconnected) == 0 {
 		t.Errorf("timeline lacks the disconnect: %v", v.Events)
 	}
 	if h := v.holders(); !slices.Equal(h["ml/training"], want["ml/training"]) {
@@ -405,7 +405,7 @@ func TestStatusPage(t *testing.T) {
 	n.startPlugin()
 	v, took = b.waitView("the plugin registered again", 20*time.Second, func(v pageView) bool {
 		h := v.holders()
-		return v.State == "Running" && v.Alloc == "8" && v.Countdown == "" && v.count(agent.EventRegistered) > registered &&
+		return v.State == "Running" && v.Alloc == "8" && v.Countdown == "" && v.count(statusapi.EventRegistered) > registered &&
 			slices.Equal(h["ml/training"], want["ml/training"]) && slices.Equal(h["research/notebook"], want["research/notebook"])
 	})
 	t.Logf("the page showed the recovery %s after the plugin restarted", took.Round(time.Millisecond))
@@ -536,7 +536,7 @@ func TestStatusPageManyDevices(t *testing.T) {
 	b.resource = resource
 	n := newNode(t)
 	n.startKdm()
-	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	n.eventually("kdm serving", func(statusapi.NodeStatus) bool { return true })
 	var devs []*pluginapi.Device
 	for i := range total {
 		devs = append(devs, &pluginapi.Device{ID: fmt.Sprintf("vf-%04d", i), Health: pluginapi.Healthy,
@@ -546,13 +546,13 @@ func TestStatusPageManyDevices(t *testing.T) {
 	startSDKPlugin(t, n, resource, devs)
 	// Until the first device list is in, the resource is unknown and a pod asking for it would
 	// be admitted without devices (the kubelet's device manager does the same).
-	n.eventually("the device list", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == total-1 })
+	n.eventually("the device list", func(st statusapi.NodeStatus) bool { return st.Allocatable[resource] == total-1 })
 	manifest := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: vf-user\n  namespace: net\n  uid: 00000000-0000-4000-8000-00000000f001\n"+
 		"spec:\n  containers:\n  - name: dpdk\n    image: example.com/dpdk\n    resources:\n      limits:\n        %s: %d\n", resource, held)
 	if err := os.WriteFile(filepath.Join(n.manifests, "vf-user.yaml"), []byte(manifest), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n.eventually("the pod admitted", func(st agent.NodeStatus) bool {
+	n.eventually("the pod admitted", func(st statusapi.NodeStatus) bool {
 		p := pod(st, "vf-user")
 		return p != nil && p.Phase == podresult.PhaseAdmitted
 	})
@@ -647,13 +647,13 @@ func TestStatusPageHostileNames(t *testing.T) {
 	b.resource = resource
 	n := newNode(t)
 	n.startKdm()
-	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	n.eventually("kdm serving", func(statusapi.NodeStatus) bool { return true })
 	startSDKPlugin(t, n, resource, []*pluginapi.Device{{ID: bidiID, Health: pluginapi.Healthy}, {ID: "plain", Health: pluginapi.Healthy}})
-	n.eventually("the device list", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == 2 })
+	n.eventually("the device list", func(st statusapi.NodeStatus) bool { return st.Allocatable[resource] == 2 })
 	n.placeManifest("holder.yaml", podManifest("holder", uidOf("holder"), fmt.Sprintf("      limits:\n        %s: 2\n", resource)))
 	n.placeManifest("bidi.yaml", podManifest(bidiPod, uidOf("bidi"), ""))
 	n.placeManifest("long.yaml", podManifest(long, uidOf("long"), ""))
-	n.eventually("the three pods' results", func(st agent.NodeStatus) bool {
+	n.eventually("the three pods' results", func(st statusapi.NodeStatus) bool {
 		h := pod(st, "holder")
 		return h != nil && h.Phase == podresult.PhaseAdmitted && pod(st, bidiPod) != nil && pod(st, long) != nil
 	})
@@ -769,7 +769,7 @@ func TestStatusPageLayout(t *testing.T) {
 	// never comes.
 	n.writeResourcePod("early", "example.com/later", 1)
 	n.startKdm("--policy", devicemanager.KDMPolicyName)
-	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	n.eventually("kdm serving", func(statusapi.NodeStatus) bool { return true })
 	name := func(count int) string { return fmt.Sprintf("example.com/dev%04d", count) }
 	plugin := func(count int) {
 		var devs []*pluginapi.Device
@@ -787,7 +787,7 @@ func TestStatusPageLayout(t *testing.T) {
 			t.Fatalf("starting the plugin of %s: %v", name(count), err)
 		}
 		t.Cleanup(p.Stop)
-		n.eventually(name(count)+"'s devices", func(st agent.NodeStatus) bool { return st.Allocatable[name(count)] == int64(count) })
+		n.eventually(name(count)+"'s devices", func(st statusapi.NodeStatus) bool { return st.Allocatable[name(count)] == int64(count) })
 	}
 	read := func(what string, counts []int) layoutView {
 		t.Helper()
@@ -819,10 +819,10 @@ func TestStatusPageLayout(t *testing.T) {
 	b.do(chromedp.Navigate("http://" + n.healthAddr + "/"))
 	v := read("the 200 and 64 devices", []int{64, 200})
 	pv, _ := b.waitView("the waiting pod's event", 10*time.Second, func(v pageView) bool {
-		_, ok := v.event(agent.EventWaiting, "e2e/early")
+		_, ok := v.event(statusapi.EventWaiting, "e2e/early")
 		return ok
 	})
-	e, _ := pv.event(agent.EventWaiting, "e2e/early")
+	e, _ := pv.event(statusapi.EventWaiting, "e2e/early")
 	if !regexp.MustCompile(`waits for the device plugin of example\.com/later to register; gives up in \d+:\d\d \(at \d\d:\d\d:\d\d\)$`).MatchString(e.Text) ||
 		regexp.MustCompile(`\d{4}-\d\d-\d\dT`).MatchString(e.Text) {
 		t.Errorf("the waiting pod's event reads %q, want a countdown and a local time, no RFC 3339 deadline", e.Text)

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -38,7 +38,7 @@ func TestLostCheckpoint(t *testing.T) {
 				kdm := n.startWithGPUs(policy)
 				n.writePod("a", 3)
 				n.writePod("b", 2)
-				st := n.eventually("a and b admitted", func(st agent.NodeStatus) bool {
+				st := n.eventually("a and b admitted", func(st statusapi.NodeStatus) bool {
 					return len(visible(pod(st, "a"))) == 3 && len(visible(pod(st, "b"))) == 2
 				})
 				held := map[string][]string{"a": sorted(visible(pod(st, "a"))), "b": sorted(visible(pod(st, "b")))}
@@ -50,7 +50,7 @@ func TestLostCheckpoint(t *testing.T) {
 				kdm.kill()
 				kdm = n.restartKeeping(policy, held, "c", 3)
 				n.writePod("d", 1)
-				st = n.eventually("d rejected", func(st agent.NodeStatus) bool {
+				st = n.eventually("d rejected", func(st statusapi.NodeStatus) bool {
 					p := pod(st, "d")
 					return p != nil && p.Phase == podresult.PhaseRejected
 				})
@@ -166,7 +166,7 @@ func (n *node) runKdmUnprivileged(t *testing.T, cp string, extra ...string) (str
 // /status, its result file and podresources.
 func (n *node) expectHolding(want map[string][]string) {
 	n.t.Helper()
-	n.eventually("pods hold their GPUs", func(st agent.NodeStatus) bool {
+	n.eventually("pods hold their GPUs", func(st statusapi.NodeStatus) bool {
 		for name, ids := range want {
 			p := pod(st, name)
 			if p == nil || p.Phase != podresult.PhaseAdmitted || !slices.Equal(sorted(visible(p)), ids) {

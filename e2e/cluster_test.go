@@ -20,6 +20,7 @@ import (
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/nodestatus"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
@@ -261,7 +262,7 @@ func joinCluster(t *testing.T, nodeName string, kdmArgs ...string) {
 		kdm = cn.startKdm()
 		if pluginDown {
 			// The running pods are re-admitted from the checkpoint while their plugin is away.
-			cn.eventually("running pods re-admitted without their plugin", func(st agent.NodeStatus) bool {
+			cn.eventually("running pods re-admitted without their plugin", func(st statusapi.NodeStatus) bool {
 				for _, name := range []string{"train-b", "train-d"} {
 					if p := pod(st, name); p == nil || p.Phase != podresult.PhaseAdmitted || !p.Updated.After(killed) {
 						return false

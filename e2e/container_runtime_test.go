@@ -25,8 +25,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/ptr"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/internal/containerdtest"
 )
@@ -272,8 +272,8 @@ func (rn *runtimeNode) sandboxCount() int {
 }
 
 // running reports whether the pod's result says the runtime runs it.
-func running(name string) func(agent.NodeStatus) bool {
-	return func(st agent.NodeStatus) bool {
+func running(name string) func(statusapi.NodeStatus) bool {
+	return func(st statusapi.NodeStatus) bool {
 		p := pod(st, name)
 		return p != nil && p.Runtime != nil && p.Runtime.Phase == v1.PodRunning
 	}
@@ -340,7 +340,7 @@ func TestContainerRuntimeDevicesArrive(t *testing.T) {
 		probeContainer{name: "setup", init: true, gpus: 1, null: 1, exit: "0"},
 		probeContainer{name: "main", gpus: 2, null: 1})
 	rn.writeProbePod("infer", "Always", probeContainer{name: "main", gpus: 2})
-	st := rn.eventually("both pods running", func(st agent.NodeStatus) bool { return running("train")(st) && running("infer")(st) })
+	st := rn.eventually("both pods running", func(st statusapi.NodeStatus) bool { return running("train")(st) && running("infer")(st) })
 
 	train, infer := pod(st, "train"), pod(st, "infer")
 	setupGPUs := checkDevicesArrived(t, rn.probeReport("train", "setup"), train, "setup")
@@ -450,7 +450,7 @@ func TestContainerRuntimeSurvivesRestarts(t *testing.T) {
 		_ = kdm.cmd.Process.Signal(syscall.SIGKILL)
 		<-kdm.done
 		kdm = rn.startKdm()
-		st = rn.eventually(name+" running after the restart", func(st agent.NodeStatus) bool {
+		st = rn.eventually(name+" running after the restart", func(st statusapi.NodeStatus) bool {
 			return running("steady")(st) && running(name)(st)
 		})
 		unchanged(fmt.Sprintf("kdm killed %v into %s's start", delay, name))
@@ -462,7 +462,7 @@ func TestContainerRuntimeSurvivesRestarts(t *testing.T) {
 		}
 		checkDevicesArrived(t, rn.probeReport(name, "main"), pod(st, name), "main")
 		rn.deletePod(name)
-		rn.eventually(name+" gone", func(st agent.NodeStatus) bool { return pod(st, name) == nil })
+		rn.eventually(name+" gone", func(st statusapi.NodeStatus) bool { return pod(st, name) == nil })
 	}
 	if n := rn.sandboxCount(); n != 1 {
 		t.Errorf("the runtime holds %d sandboxes; want only steady's", n)
@@ -476,7 +476,7 @@ func TestContainerRuntimeSurvivesRestarts(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // kdm sees the deletion and starts the stop (either way, the restart must hold)
 	kdm.kill()
 	rn.startKdm()
-	rn.eventually("kdm serving after the kill", func(agent.NodeStatus) bool { return true })
+	rn.eventually("kdm serving after the kill", func(statusapi.NodeStatus) bool { return true })
 	for {
 		free := rn.freeGPUs()
 		c := rn.containersOf("stopping")["main"]
@@ -488,14 +488,14 @@ func TestContainerRuntimeSurvivesRestarts(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	rn.eventually("the deleted pod gone from every view", func(st agent.NodeStatus) bool { return pod(st, "stopping") == nil })
+	rn.eventually("the deleted pod gone from every view", func(st statusapi.NodeStatus) bool { return pod(st, "stopping") == nil })
 	if free := rn.freeGPUs(); free != 6 {
 		t.Errorf("%d GPUs free once the deleted pod's container is gone; want 6 (steady holds 2)", free)
 	}
 
 	plugin.kill()
 	rn.startGPUPlugin()
-	rn.eventually("the plugin back", func(st agent.NodeStatus) bool { return st.Capacity["nvidia.com/gpu"] == 8 })
+	rn.eventually("the plugin back", func(st statusapi.NodeStatus) bool { return st.Capacity["nvidia.com/gpu"] == 8 })
 	rn.writeProbePod("after-plugin", "Always", probeContainer{name: "main", gpus: 1})
 	st = rn.eventually("a pod after the plugin restart", running("after-plugin"))
 	unchanged("after a plugin restart")
@@ -510,7 +510,7 @@ func TestContainerRuntimeExitCodes(t *testing.T) {
 	rn.startGPUPlugin()
 	rn.eventually("8 GPUs", gpus(8))
 	rn.writeProbePod("fails", "Never", probeContainer{name: "main", gpus: 2, exit: "3"})
-	st := rn.eventually("fails failed", func(st agent.NodeStatus) bool {
+	st := rn.eventually("fails failed", func(st statusapi.NodeStatus) bool {
 		p := pod(st, "fails")
 		return p != nil && p.Runtime != nil && p.Runtime.Phase == v1.PodFailed
 	})
@@ -536,7 +536,7 @@ func (rn *runtimeNode) freeGPUs() int64 {
 		rn.t.Fatalf("reading /api/state: %v", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var st agent.PageState
+	var st statusapi.PageState
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		rn.t.Fatalf("decoding /api/state: %v", err)
 	}
@@ -689,7 +689,7 @@ func TestContainerRuntimeStatusPage(t *testing.T) {
 	rn.eventually("8 GPUs", gpus(8))
 	rn.writeProbePod("serving", "Always", probeContainer{name: "main", gpus: 1})
 	rn.writeProbePod("crashed", "Never", probeContainer{name: "main", gpus: 1, exit: "3"})
-	rn.eventually("serving running, crashed failed", func(st agent.NodeStatus) bool {
+	rn.eventually("serving running, crashed failed", func(st statusapi.NodeStatus) bool {
 		c := pod(st, "crashed")
 		return running("serving")(st) && c != nil && c.Runtime != nil && c.Runtime.Phase == v1.PodFailed
 	})

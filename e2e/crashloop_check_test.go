@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 )
@@ -34,7 +34,7 @@ type observation struct {
 	policy   string
 	disk     map[string]int
 	statusOK bool
-	status   agent.NodeStatus
+	status   statusapi.NodeStatus
 	complete bool // the other sources were read too
 
 	results     map[string]*podresult.PodResult // by pod UID

@@ -11,8 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -43,7 +43,7 @@ func TestNodeLifecycle(t *testing.T) {
 
 	n.writePod("a", 2)
 	n.writePod("b", 2)
-	st := n.eventually("pods a and b admitted", func(st agent.NodeStatus) bool {
+	st := n.eventually("pods a and b admitted", func(st statusapi.NodeStatus) bool {
 		return len(visible(pod(st, "a"))) == 2 && len(visible(pod(st, "b"))) == 2
 	})
 	a, b := sorted(visible(pod(st, "a"))), sorted(visible(pod(st, "b")))
@@ -62,7 +62,7 @@ func TestNodeLifecycle(t *testing.T) {
 		t.Fatalf("after the kdm restart podresources says %v, want a=%v b=%v", pr, a, b)
 	}
 	n.writePod("c", 4)
-	st = n.eventually("pod c admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "c"))) == 4 })
+	st = n.eventually("pod c admitted", func(st statusapi.NodeStatus) bool { return len(visible(pod(st, "c"))) == 4 })
 	c := sorted(visible(pod(st, "c")))
 	disjointSets(t, map[string][]string{"a": a, "b": b, "c": c})
 
@@ -74,19 +74,19 @@ func TestNodeLifecycle(t *testing.T) {
 	sick := a[0]
 	n.setHealth(sick, "Unhealthy")
 	n.eventually("allocatable 7 after a GPU failed", gpus(7))
-	n.eventually("pod a's status shows the unhealthy GPU", func(st agent.NodeStatus) bool {
+	n.eventually("pod a's status shows the unhealthy GPU", func(st statusapi.NodeStatus) bool {
 		return healthOf(pod(st, "a"), sick) == v1.ResourceHealthStatusUnhealthy
 	})
 	n.setHealth(sick, "Healthy")
 	n.eventually("allocatable back to 8", gpus(8))
-	n.eventually("pod a's status shows the GPU healthy", func(st agent.NodeStatus) bool {
+	n.eventually("pod a's status shows the GPU healthy", func(st statusapi.NodeStatus) bool {
 		return healthOf(pod(st, "a"), sick) == v1.ResourceHealthStatusHealthy
 	})
 
 	// Deleting a pod frees its GPUs for the next one.
 	n.deletePod("c")
 	n.writePod("d", 4)
-	st = n.eventually("pod d admitted with c's GPUs", func(st agent.NodeStatus) bool { return len(visible(pod(st, "d"))) == 4 })
+	st = n.eventually("pod d admitted with c's GPUs", func(st statusapi.NodeStatus) bool { return len(visible(pod(st, "d"))) == 4 })
 	if d := sorted(visible(pod(st, "d"))); !slices.Equal(d, c) {
 		t.Fatalf("pod d got %v, want the freed %v", d, c)
 	}
@@ -98,7 +98,7 @@ func TestNodeLifecycle(t *testing.T) {
 func (n *node) startPluginAndKillPrevious(t *testing.T) *process {
 	t.Helper()
 	n.killPlugins()
-	n.eventually("allocatable 0 while the plugin is down", func(st agent.NodeStatus) bool {
+	n.eventually("allocatable 0 while the plugin is down", func(st statusapi.NodeStatus) bool {
 		return st.Capacity["nvidia.com/gpu"] == 8 && st.Allocatable["nvidia.com/gpu"] == 0
 	})
 	p := n.startPlugin()
@@ -177,4 +177,4 @@ func TestKillDuringStartup(t *testing.T) {
 	kdm.terminate(t)
 }
 
-func gpus8OrAllocated(st agent.NodeStatus) bool { return st.Capacity["nvidia.com/gpu"] == 8 }
+func gpus8OrAllocated(st statusapi.NodeStatus) bool { return st.Capacity["nvidia.com/gpu"] == 8 }

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // kdmGet runs the built `kdm get` against the node and returns its stdout; it fails the test
@@ -104,7 +104,7 @@ func TestGetAsksRunningKdm(t *testing.T) {
 	n.startServing("8 GPUs")
 	held := n.admit("trainer", 2)
 	n.writePod("toobig", 9)
-	n.eventually("toobig rejected", func(st agent.NodeStatus) bool {
+	n.eventually("toobig rejected", func(st statusapi.NodeStatus) bool {
 		p := pod(st, "toobig")
 		return p != nil && p.Phase == podresult.PhaseRejected
 	})
@@ -223,7 +223,7 @@ func TestRejectedPodRetriedByEditingManifest(t *testing.T) {
 	}
 	n.placeManifest("retry.yaml", manifest("1"))
 	n.writePod("fixed", 1) // metadata.uid set
-	first := n.eventually("both pods rejected", func(st agent.NodeStatus) bool {
+	first := n.eventually("both pods rejected", func(st statusapi.NodeStatus) bool {
 		a, b := pod(st, "retry"), pod(st, "fixed")
 		return a != nil && a.Phase == podresult.PhaseRejected && b != nil && b.Phase == podresult.PhaseRejected
 	})
@@ -238,7 +238,7 @@ func TestRejectedPodRetriedByEditingManifest(t *testing.T) {
 	n.placeManifest("retry.yaml", manifest("2"))
 	n.placeManifest("fixed.yaml", podManifest("fixed", uidOf("fixed"), "      limits:\n        nvidia.com/gpu: 1\n"+
 		"      requests:\n        nvidia.com/gpu: 1\n"))
-	st := n.eventually("the edited pod admitted as a new pod", func(st agent.NodeStatus) bool {
+	st := n.eventually("the edited pod admitted as a new pod", func(st statusapi.NodeStatus) bool {
 		p := pod(st, "retry")
 		return p != nil && p.UID != oldUID && p.Phase == podresult.PhaseAdmitted && len(visible(p)) == 1
 	})

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // TestPodResourcesWithGrpcurl reads a running kdm's assignments with grpcurl, a client nobody
@@ -32,7 +32,7 @@ func TestPodResourcesWithGrpcurl(t *testing.T) {
 	n := newNode(t)
 	kdm := n.startServing("8 GPUs")
 	n.writePod("a", 3)
-	st := n.eventually("pod a admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "a"))) == 3 })
+	st := n.eventually("pod a admitted", func(st statusapi.NodeStatus) bool { return len(visible(pod(st, "a"))) == 3 })
 	want := sorted(visible(pod(st, "a")))
 
 	sock := filepath.Join(n.rootDir, "pod-resources", "kubelet.sock")

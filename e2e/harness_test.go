@@ -22,6 +22,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // binDir holds the binaries built once by TestMain.
@@ -195,8 +196,8 @@ func (n *node) startPlugin() *process {
 }
 
 // status fetches /status; ok is false while kdm is not serving.
-func (n *node) status() (agent.NodeStatus, bool) {
-	var st agent.NodeStatus
+func (n *node) status() (statusapi.NodeStatus, bool) {
+	var st statusapi.NodeStatus
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + n.healthAddr + "/status")
 	if err != nil {
@@ -211,10 +212,10 @@ func (n *node) status() (agent.NodeStatus, bool) {
 
 // eventually polls cond every 50 ms until it holds or 30 s pass. Processes report through files
 // and sockets only, so polling is the event source here.
-func (n *node) eventually(what string, cond func(agent.NodeStatus) bool) agent.NodeStatus {
+func (n *node) eventually(what string, cond func(statusapi.NodeStatus) bool) statusapi.NodeStatus {
 	n.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	var last agent.NodeStatus
+	var last statusapi.NodeStatus
 	for time.Now().Before(deadline) {
 		if st, ok := n.status(); ok {
 			last = st
@@ -228,8 +229,8 @@ func (n *node) eventually(what string, cond func(agent.NodeStatus) bool) agent.N
 	return last
 }
 
-func gpus(n int64) func(agent.NodeStatus) bool {
-	return func(st agent.NodeStatus) bool {
+func gpus(n int64) func(statusapi.NodeStatus) bool {
+	return func(st statusapi.NodeStatus) bool {
 		return st.Capacity["nvidia.com/gpu"] == 8 && st.Allocatable["nvidia.com/gpu"] == n
 	}
 }
@@ -296,7 +297,7 @@ func (n *node) deletePod(name string) {
 }
 
 // pod returns the status entry of the named pod.
-func pod(st agent.NodeStatus, name string) *podresult.PodResult {
+func pod(st statusapi.NodeStatus, name string) *podresult.PodResult {
 	for _, p := range st.Pods {
 		if p.Name == name {
 			return p
@@ -382,7 +383,7 @@ func resultsDir(rootDir string) string { return agent.Config{RootDir: rootDir}.P
 func (n *node) admit(name string, count int) []string {
 	n.t.Helper()
 	n.writePod(name, count)
-	st := n.eventually(name+" admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, name))) == count })
+	st := n.eventually(name+" admitted", func(st statusapi.NodeStatus) bool { return len(visible(pod(st, name))) == count })
 	return sorted(visible(pod(st, name)))
 }
 

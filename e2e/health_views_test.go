@@ -8,8 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // TestPluginKillHealthViews: the GPU plugin is SIGKILLed while a pod holds two GPUs. Every view
@@ -39,7 +39,7 @@ func TestPluginKillHealthViews(t *testing.T) {
 // grid and the pod's card of /api/state, the pod's /status entry and its pods/*.json.
 func (n *node) expectHealth(name string, ids []string, want v1.ResourceHealthStatus) {
 	n.t.Helper()
-	n.eventually(name+"'s GPUs "+string(want)+" in every view", func(st agent.NodeStatus) bool {
+	n.eventually(name+"'s GPUs "+string(want)+" in every view", func(st statusapi.NodeStatus) bool {
 		grid, card := n.pageHealth(name)
 		results, err := podresult.ReadDir(resultsDir(n.rootDir))
 		if err != nil {
@@ -71,7 +71,7 @@ func (n *node) pageHealth(name string) (grid map[string]string, card map[string]
 		return nil, nil
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var st agent.PageState
+	var st statusapi.PageState
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
 		return nil, nil
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // policies are the two behaviours every hostile-manifest case runs under.
@@ -47,15 +48,15 @@ func logCount(t *testing.T, p *process, words ...string) int {
 	return count
 }
 
-func admitted(name string, gpus int) func(agent.NodeStatus) bool {
-	return func(st agent.NodeStatus) bool {
+func admitted(name string, gpus int) func(statusapi.NodeStatus) bool {
+	return func(st statusapi.NodeStatus) bool {
 		p := pod(st, name)
 		return p != nil && p.Phase == podresult.PhaseAdmitted && len(visible(p)) == gpus
 	}
 }
 
-func decided(name string) func(agent.NodeStatus) bool {
-	return func(st agent.NodeStatus) bool {
+func decided(name string) func(statusapi.NodeStatus) bool {
+	return func(st statusapi.NodeStatus) bool {
 		p := pod(st, name)
 		return p != nil && (p.Phase == podresult.PhaseAdmitted || p.Phase == podresult.PhaseRejected)
 	}
@@ -165,7 +166,7 @@ func TestManifestMetadataPathTraversal(t *testing.T) {
 		long := strings.Repeat("x", 300)
 		n.placeManifest("long.yaml", podManifest(long, uidOf("long"), gpuLimit(1)))
 		n.placeManifest("ok.yaml", podManifest("ok", uidOf("ok"), gpuLimit(1)))
-		st := n.eventually("all three pods decided", func(st agent.NodeStatus) bool {
+		st := n.eventually("all three pods decided", func(st statusapi.NodeStatus) bool {
 			return decided("traversal")(st) && decided(long)(st) && decided("ok")(st)
 		})
 		for name, field := range map[string]string{"traversal": "metadata.uid", long: "metadata.name"} {
@@ -257,7 +258,7 @@ func TestManifestBadQuantities(t *testing.T) {
 			n.placeManifest(name+".yaml", podManifest(name, uidOf(name), res))
 		}
 		n.placeManifest("good.yaml", podManifest("good", uidOf("good"), gpuLimit(1)))
-		st := n.eventually("every pod decided", func(st agent.NodeStatus) bool {
+		st := n.eventually("every pod decided", func(st statusapi.NodeStatus) bool {
 			for name := range cases {
 				if !decided(name)(st) {
 					return false
@@ -293,11 +294,11 @@ func TestManifestChangedRequestKeepsAdmission(t *testing.T) {
 		before := visible(pod(st, "a"))
 
 		n.placeManifest("a.yaml", podManifest("a", uidOf("a"), gpuLimit(2)))
-		st = n.eventually("pod a warns about its changed request", func(st agent.NodeStatus) bool {
+		st = n.eventually("pod a warns about its changed request", func(st statusapi.NodeStatus) bool {
 			p := pod(st, "a")
 			return p != nil && p.Warning != ""
 		})
-		check := func(st agent.NodeStatus, when string) {
+		check := func(st statusapi.NodeStatus, when string) {
 			t.Helper()
 			p := pod(st, "a")
 			if p.Phase != podresult.PhaseAdmitted || !slices.Equal(visible(p), before) || !strings.Contains(p.Warning, "nvidia.com/gpu") {
@@ -318,7 +319,7 @@ func TestManifestChangedRequestKeepsAdmission(t *testing.T) {
 
 		kdm.kill()
 		n.startKdm("--policy", policy)
-		st = n.eventually("pod a back after the restart", func(st agent.NodeStatus) bool {
+		st = n.eventually("pod a back after the restart", func(st statusapi.NodeStatus) bool {
 			p := pod(st, "a")
 			return st.Capacity["nvidia.com/gpu"] == 8 && p != nil && p.Phase != podresult.PhasePending && p.Warning != ""
 		})
@@ -352,12 +353,12 @@ func TestManifestParsedAndLoggedOnce(t *testing.T) {
 	for i := 0; i < 15; i++ {
 		name := fmt.Sprintf("p%d", i)
 		n.placeManifest(name+".yaml", podManifest(name, uidOf(name), gpuLimit(0)))
-		n.eventually("pod "+name+" admitted", func(st agent.NodeStatus) bool {
+		n.eventually("pod "+name+" admitted", func(st statusapi.NodeStatus) bool {
 			p := pod(st, name)
 			return p != nil && p.Phase == podresult.PhaseAdmitted
 		})
 	}
-	if pod(n.eventually("status", func(agent.NodeStatus) bool { return true }), "big") != nil {
+	if pod(n.eventually("status", func(statusapi.NodeStatus) bool { return true }), "big") != nil {
 		t.Errorf("the 50 MB manifest was admitted")
 	}
 	if c := logCount(t, kdm, "bad.yaml"); c != 1 {
@@ -443,7 +444,7 @@ func TestManifestSlowRewriteKeepsPod(t *testing.T) {
 			body := noUIDManifest(a, 2)
 			n.placeManifest(a+".yaml", body)
 			n.placeManifest(filler+".yaml", podManifest(filler, uidOf(filler), gpuLimit(6)))
-			st := n.eventually(r.name+": "+a+" and "+filler+" admitted", func(st agent.NodeStatus) bool {
+			st := n.eventually(r.name+": "+a+" and "+filler+" admitted", func(st statusapi.NodeStatus) bool {
 				return admitted(a, 2)(st) && admitted(filler, 6)(st)
 			})
 			running, aGPUs := pod(st, a).UID, sorted(visible(pod(st, a)))
@@ -457,7 +458,7 @@ func TestManifestSlowRewriteKeepsPod(t *testing.T) {
 				n.placeManifest(b+".yaml", podManifest(b, uidOf(b), gpuLimit(2)))
 			})
 			n.placeManifest(marker+".yaml", podManifest(marker, uidOf(marker), gpuLimit(0)))
-			st = n.eventually(r.name+": "+marker+" admitted and "+b+" decided", func(st agent.NodeStatus) bool {
+			st = n.eventually(r.name+": "+marker+" admitted and "+b+" decided", func(st statusapi.NodeStatus) bool {
 				m := pod(st, marker)
 				return m != nil && m.Phase == podresult.PhaseAdmitted && decided(b)(st)
 			})
@@ -477,7 +478,7 @@ func TestManifestSlowRewriteKeepsPod(t *testing.T) {
 			for _, name := range []string{a, filler, b, marker} {
 				n.deletePod(name)
 			}
-			n.eventually(r.name+": the round's pods gone", func(st agent.NodeStatus) bool {
+			n.eventually(r.name+": the round's pods gone", func(st statusapi.NodeStatus) bool {
 				return pod(st, a) == nil && pod(st, filler) == nil && pod(st, b) == nil && pod(st, marker) == nil
 			})
 		}

@@ -7,8 +7,8 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 )
@@ -39,7 +39,7 @@ func TestHangingAllocateDelaysNoOtherResource(t *testing.T) {
 			t.Fatalf("starting the hanging plugin: %v", err)
 		}
 		t.Cleanup(plugin.Stop)
-		n.eventually("the slow resource", func(st agent.NodeStatus) bool { return st.Allocatable[slow] == 1 })
+		n.eventually("the slow resource", func(st statusapi.NodeStatus) bool { return st.Allocatable[slow] == 1 })
 
 		n.writeResourcePod("stuck", slow, 1)
 		if err := plugin.WaitForCalls(ctx, func(c plugintest.Calls) bool { return len(c.Allocate) > 0 }); err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/deviceplugin/nvml"
 )
 
@@ -47,7 +47,7 @@ func TestPluginRefusesLiveSocket(t *testing.T) {
 
 		beside := n.start("kdm-nvml-plugin", "--mock", "dgxa100", "--device-plugin-dir", n.pluginDir,
 			"--resource-name", other, "--socket-name", "gpu2.sock", "-v", "2")
-		n.eventually("both resources served", func(st agent.NodeStatus) bool {
+		n.eventually("both resources served", func(st statusapi.NodeStatus) bool {
 			return st.Allocatable[other] == 8 && gpus(8)(st)
 		})
 		if now, err := os.Lstat(sock); err != nil || !os.SameFile(served, now) {

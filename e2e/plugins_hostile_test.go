@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
@@ -96,7 +96,7 @@ func TestSecondResourceOnAnotherPluginsSocket(t *testing.T) {
 
 			n.writePod("real", 8)
 			n.writeResourcePod("evil", "evil.example/gpu", 8)
-			st := n.eventually("both pods decided", func(st agent.NodeStatus) bool {
+			st := n.eventually("both pods decided", func(st statusapi.NodeStatus) bool {
 				r, e := pod(st, "real"), pod(st, "evil")
 				return r != nil && e != nil && len(visible(r)) == 8
 			})
@@ -188,14 +188,14 @@ func TestPluginDirBehindSymlinkedParent(t *testing.T) {
 			if err := register(n.registrationClient(), "example.com/sub", "sub/x.sock"); err != nil {
 				t.Fatalf("Register on a socket in a real subdirectory: %v", err)
 			}
-			n.eventually("the subdirectory plugin's devices", func(st agent.NodeStatus) bool {
+			n.eventually("the subdirectory plugin's devices", func(st statusapi.NodeStatus) bool {
 				return st.Allocatable["example.com/sub"] == 2
 			})
 			if sub.Calls().Options == 0 {
 				t.Errorf("the subdirectory plugin was never asked for its options")
 			}
 			n.writePod("a", 2)
-			n.eventually("pod a admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "a"))) == 2 })
+			n.eventually("pod a admitted", func(st statusapi.NodeStatus) bool { return len(visible(pod(st, "a"))) == 2 })
 			kdm.terminate(t)
 		})
 	}
@@ -320,7 +320,7 @@ func TestRegisterFlood(t *testing.T) {
 				}
 			}
 			n.writePod("after", 2)
-			n.eventually("a pod admitted after the flood", func(st agent.NodeStatus) bool { return len(visible(pod(st, "after"))) == 2 })
+			n.eventually("a pod admitted after the flood", func(st statusapi.NodeStatus) bool { return len(visible(pod(st, "after"))) == 2 })
 			n.startPluginAndKillPrevious(t)
 			kdm.terminate(t)
 		})

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/checkpoint"
 )
 
@@ -36,18 +36,18 @@ func TestRecoveryConflict(t *testing.T) {
 			n.editRecord("b", gb, ga)
 			kdm = n.startKdm("--policy", policy)
 			n.eventually("plugin back after the restart", gpus(8))
-			n.eventually("a and b admitted again", func(st agent.NodeStatus) bool {
+			n.eventually("a and b admitted again", func(st statusapi.NodeStatus) bool {
 				a, b := pod(st, "a"), pod(st, "b")
 				return a != nil && b != nil && a.Phase == podresult.PhaseAdmitted && b.Phase == podresult.PhaseAdmitted
 			})
 
 			n.writePod("c", 7)
-			st := n.eventually("c admitted", func(st agent.NodeStatus) bool { return len(visible(pod(st, "c"))) == 7 })
+			st := n.eventually("c admitted", func(st statusapi.NodeStatus) bool { return len(visible(pod(st, "c"))) == 7 })
 			c := sorted(visible(pod(st, "c")))
 			if slices.Contains(c, ga) {
 				t.Fatalf("c got %v, including a's contested %s", c, ga)
 			}
-			n.eventually("a and b report the conflict", func(st agent.NodeStatus) bool {
+			n.eventually("a and b report the conflict", func(st statusapi.NodeStatus) bool {
 				return conflictNames(pod(st, "a"), ga, "e2e/b") && conflictNames(pod(st, "b"), ga, "e2e/a")
 			})
 			pr := n.podResources()
@@ -75,7 +75,7 @@ func TestRecoveryConflict(t *testing.T) {
 			}
 
 			n.deletePod("b")
-			n.eventually("a's conflict over, its GPU kept", func(st agent.NodeStatus) bool {
+			n.eventually("a's conflict over, its GPU kept", func(st statusapi.NodeStatus) bool {
 				a := pod(st, "a")
 				return pod(st, "b") == nil && a != nil && len(a.Conflicts) == 0 && slices.Equal(visible(a), []string{ga})
 			})

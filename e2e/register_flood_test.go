@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/internal/silentsock"
 )
 
@@ -100,7 +100,7 @@ func TestRegisterFloodOfSilentSockets(t *testing.T) {
 				}
 
 				n.killPlugins()
-				n.eventually("allocatable 0 while the plugin is down", func(st agent.NodeStatus) bool {
+				n.eventually("allocatable 0 while the plugin is down", func(st statusapi.NodeStatus) bool {
 					return st.Capacity["nvidia.com/gpu"] == 8 && st.Allocatable["nvidia.com/gpu"] == 0
 				})
 				started := time.Now()
@@ -112,7 +112,7 @@ func TestRegisterFloodOfSilentSockets(t *testing.T) {
 				t.Logf("the restarted plugin registered %v after its start, during the flood (%d flood calls got ResourceExhausted so far)",
 					time.Since(started), exhausted.Load())
 				n.writePod("during-flood", 2)
-				n.eventually("a GPU pod admitted during the flood", func(st agent.NodeStatus) bool {
+				n.eventually("a GPU pod admitted during the flood", func(st statusapi.NodeStatus) bool {
 					return len(visible(pod(st, "during-flood"))) == 2
 				})
 				if ctx.Err() != nil {
@@ -133,7 +133,7 @@ func TestRegisterFloodOfSilentSockets(t *testing.T) {
 
 // within polls /status every 50 ms until cond holds, for at most limit; it reports whether it
 // did.
-func (n *node) within(limit time.Duration, cond func(agent.NodeStatus) bool) bool {
+func (n *node) within(limit time.Duration, cond func(statusapi.NodeStatus) bool) bool {
 	deadline := time.Now().Add(limit)
 	for {
 		if st, ok := n.status(); ok && cond(st) {

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/podresources/podresourcestest"
@@ -135,14 +135,14 @@ func shutdownDuringAllocate(t *testing.T, policy string) {
 	kdm := n.startKdm("--policy", policy)
 	// kdm's start-up cleanup is over once it serves /status; a plugin started earlier would
 	// register twice, and the second registration would end the first one's Allocate.
-	n.eventually("kdm serving", func(agent.NodeStatus) bool { return true })
+	n.eventually("kdm serving", func(statusapi.NodeStatus) bool { return true })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := plugin.Start(ctx); err != nil {
 		t.Fatalf("starting the plugin: %v", err)
 	}
 	t.Cleanup(plugin.Stop)
-	slowDevices := func(st agent.NodeStatus) bool { return st.Allocatable[resource] == 2 }
+	slowDevices := func(st statusapi.NodeStatus) bool { return st.Allocatable[resource] == 2 }
 	n.eventually("2 slow devices", slowDevices)
 
 	n.writeResourcePod("waiting", resource, 1)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin/nvml"
@@ -105,7 +106,7 @@ func (d *demo) run(ctx context.Context) error {
 		<-pluginDone
 	}()
 	d.say("kdm started; the NVML plugin (go-nvml mock of a DGX A100) registered through %s", filepath.Join(d.pluginDr, "kubelet.sock"))
-	if err := d.waitFor(ctx, first.agent, "8 GPUs advertised", func(st agent.NodeStatus) bool {
+	if err := d.waitFor(ctx, first.agent, "8 GPUs advertised", func(st statusapi.NodeStatus) bool {
 		return st.Capacity[gpuResource] == 8 && st.Allocatable[gpuResource] == 8
 	}); err != nil {
 		return err
@@ -120,7 +121,7 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 	d.say("Placed %d pod manifests in the manifest directory", len(initial))
-	if err := d.waitFor(ctx, first.agent, "pods admitted", func(st agent.NodeStatus) bool { return countAdmitted(st) == len(initial) }); err != nil {
+	if err := d.waitFor(ctx, first.agent, "pods admitted", func(st statusapi.NodeStatus) bool { return countAdmitted(st) == len(initial) }); err != nil {
 		return err
 	}
 	before := gpusByContainer(first.agent.Status())
@@ -137,11 +138,11 @@ func (d *demo) run(ctx context.Context) error {
 	if st := second.agent.Status(); st.Allocatable[gpuResource] == 0 {
 		d.say("Right after the restart: capacity %d, allocatable 0 (the resource is known only from the checkpoint until the plugin is back)", st.Capacity[gpuResource])
 	}
-	if err := d.waitFor(ctx, second.agent, "plugin re-registered", func(st agent.NodeStatus) bool { return st.Allocatable[gpuResource] == 8 }); err != nil {
+	if err := d.waitFor(ctx, second.agent, "plugin re-registered", func(st statusapi.NodeStatus) bool { return st.Allocatable[gpuResource] == 8 }); err != nil {
 		return err
 	}
 	d.say("The plugin saw kubelet.sock re-created and registered again by itself: capacity 8, allocatable 8")
-	if err := d.waitFor(ctx, second.agent, "pods restored", func(st agent.NodeStatus) bool { return countAdmitted(st) == len(initial) }); err != nil {
+	if err := d.waitFor(ctx, second.agent, "pods restored", func(st statusapi.NodeStatus) bool { return countAdmitted(st) == len(initial) }); err != nil {
 		return err
 	}
 	after := gpusByContainer(second.agent.Status())
@@ -158,7 +159,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.say("Added one more pod: %s", last.name)
-	if err := d.waitFor(ctx, second.agent, "new pod admitted", func(st agent.NodeStatus) bool { return countAdmitted(st) == len(samples) }); err != nil {
+	if err := d.waitFor(ctx, second.agent, "new pod admitted", func(st statusapi.NodeStatus) bool { return countAdmitted(st) == len(samples) }); err != nil {
 		return err
 	}
 	final := second.agent.Status()
@@ -206,7 +207,7 @@ func (d *demo) startAgent(ctx context.Context) (*runningAgent, error) {
 }
 
 // waitFor polls the agent's status until cond holds.
-func (d *demo) waitFor(ctx context.Context, a *agent.Agent, what string, cond func(agent.NodeStatus) bool) error {
+func (d *demo) waitFor(ctx context.Context, a *agent.Agent, what string, cond func(statusapi.NodeStatus) bool) error {
 	for {
 		if cond(a.Status()) {
 			return nil
@@ -219,11 +220,11 @@ func (d *demo) waitFor(ctx context.Context, a *agent.Agent, what string, cond fu
 	}
 }
 
-func (d *demo) printCapacity(st agent.NodeStatus) {
+func (d *demo) printCapacity(st statusapi.NodeStatus) {
 	d.say("Node resources: %s capacity %d, allocatable %d", gpuResource, st.Capacity[gpuResource], st.Allocatable[gpuResource])
 }
 
-func (d *demo) printPods(st agent.NodeStatus) {
+func (d *demo) printPods(st statusapi.NodeStatus) {
 	for _, p := range st.Pods {
 		if p.Phase != podresult.PhaseAdmitted {
 			fmt.Fprintf(d.out, "          pod %s/%s: %s %s: %s\n", p.Namespace, p.Name, p.Phase, p.Reason, p.Message)
@@ -264,7 +265,7 @@ func (d *demo) printCheckpoint() {
 		checkpoint.FileName, len(raw), layout, checkpoint.Checksum(data), len(data.PodDeviceEntries))
 }
 
-func countAdmitted(st agent.NodeStatus) int {
+func countAdmitted(st statusapi.NodeStatus) int {
 	n := 0
 	for _, p := range st.Pods {
 		if p.Phase == podresult.PhaseAdmitted {
@@ -275,7 +276,7 @@ func countAdmitted(st agent.NodeStatus) int {
 }
 
 // gpusByContainer maps pod/container to its NVIDIA_VISIBLE_DEVICES.
-func gpusByContainer(st agent.NodeStatus) map[string]string {
+func gpusByContainer(st statusapi.NodeStatus) map[string]string {
 	out := map[string]string{}
 	for _, p := range st.Pods {
 		for _, c := range p.Containers {
@@ -310,7 +311,7 @@ func disjoint(byContainer map[string]string) error {
 
 // learnIDs finds the prefix the node's GPU IDs share and says what the pods' lines will print
 // in its place.
-func (d *demo) learnIDs(st agent.PageState) {
+func (d *demo) learnIDs(st statusapi.PageState) {
 	all := map[string][]string{}
 	for _, r := range st.Resources {
 		for _, dev := range r.Devices {

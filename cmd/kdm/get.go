@@ -17,6 +17,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // getAbout is the description in `kdm get --help`.
@@ -135,7 +136,7 @@ func (o *getOptions) get(ctx context.Context, kind string, stderr io.Writer) (ge
 }
 
 // fetchState reads kdm's /api/state from address (host:port, a host alone, or a URL).
-func fetchState(ctx context.Context, address string) (*agent.PageState, error) {
+func fetchState(ctx context.Context, address string) (*statusapi.PageState, error) {
 	base := address
 	if !strings.Contains(base, "://") {
 		if _, _, err := net.SplitHostPort(base); err != nil {
@@ -156,7 +157,7 @@ func fetchState(ctx context.Context, address string) (*agent.PageState, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("asking kdm at %s: %s", url, resp.Status)
 	}
-	var st agent.PageState
+	var st statusapi.PageState
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&st); err != nil {
 		return nil, fmt.Errorf("reading kdm's answer from %s: %w", url, err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -34,8 +34,8 @@ type podList struct {
 	listHeader
 	// Runtime says whether kdm runs the pods' containers; absent when kdm's HTTP endpoint did
 	// not answer.
-	Runtime *agent.RuntimeInfo `json:"runtime,omitempty"`
-	Items   []getPod           `json:"items"`
+	Runtime *statusapi.RuntimeInfo `json:"runtime,omitempty"`
+	Items   []getPod               `json:"items"`
 }
 
 // getPod is one pod: what podresources lists for it, and its admission outcome from kdm's
@@ -80,8 +80,8 @@ type getDeviceGroup struct {
 // newPodList joins podresources' pods (the devices) with kdm's state (the admission
 // outcome); st may be nil. Pods kdm knows that podresources does not list (rejected or
 // pending ones) are listed without devices.
-func newPodList(pr *podresourcesv1.ListPodResourcesResponse, st *agent.PageState) *podList {
-	known := map[string]*agent.PagePod{}
+func newPodList(pr *podresourcesv1.ListPodResourcesResponse, st *statusapi.PageState) *podList {
+	known := map[string]*statusapi.PagePod{}
 	if st != nil {
 		for i := range st.Pods {
 			p := &st.Pods[i]
@@ -130,7 +130,7 @@ func newPodList(pr *podresourcesv1.ListPodResourcesResponse, st *agent.PageState
 }
 
 // setOutcome copies the pod's admission outcome from kdm's state, taken at now.
-func (p *getPod) setOutcome(k *agent.PagePod, now time.Time) {
+func (p *getPod) setOutcome(k *statusapi.PagePod, now time.Time) {
 	p.UID, p.Phase, p.Reason, p.Message = string(k.UID), k.Phase, k.Reason, k.Message
 	p.RuntimePhase = k.RuntimePhase
 	if w := k.Waiting; w != nil {
@@ -220,18 +220,18 @@ type getDevice struct {
 	Health string  `json:"health"`
 	NUMA   []int64 `json:"numa,omitempty"`
 	// Holders are the containers it is assigned to; empty for a free device.
-	Holders []agent.PageHolder `json:"holders"`
+	Holders []statusapi.PageHolder `json:"holders"`
 	// Reserved is true while an allocation in flight has picked it.
 	Reserved bool `json:"reserved,omitempty"`
 }
 
-func newDeviceList(st *agent.PageState) *deviceList {
+func newDeviceList(st *statusapi.PageState) *deviceList {
 	out := &deviceList{listHeader: listHeader{getAPIVersion, "DeviceList"}, Items: []getDevice{}}
 	for _, r := range st.Resources {
 		for _, d := range r.Devices {
 			gd := getDevice{Resource: r.Name, ID: d.ID, Health: d.Health, NUMA: d.NUMANodes, Holders: d.Holders, Reserved: d.Reserved}
 			if gd.Holders == nil {
-				gd.Holders = []agent.PageHolder{}
+				gd.Holders = []statusapi.PageHolder{}
 			}
 			out.Items = append(out.Items, gd)
 		}
@@ -306,7 +306,7 @@ type getResource struct {
 	Plugin string `json:"plugin"`
 }
 
-func newResourceList(st *agent.PageState) *resourceList {
+func newResourceList(st *statusapi.PageState) *resourceList {
 	out := &resourceList{listHeader: listHeader{getAPIVersion, "ResourceList"}, Items: []getResource{}}
 	for _, r := range st.Resources {
 		gr := getResource{Name: r.Name, Capacity: r.Capacity, Allocatable: r.Allocatable, Devices: len(r.Devices), Plugin: r.Endpoint.State}
@@ -360,7 +360,7 @@ type getPlugin struct {
 	RemovedAt             *time.Time `json:"removedAt,omitempty"`
 }
 
-func newPluginList(st *agent.PageState) *pluginList {
+func newPluginList(st *statusapi.PageState) *pluginList {
 	out := &pluginList{listHeader: listHeader{getAPIVersion, "PluginList"}, Items: []getPlugin{}}
 	for _, r := range st.Resources {
 		e := r.Endpoint

@@ -15,40 +15,40 @@ import (
 	"google.golang.org/grpc"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
+	"github.com/kdm-project/kdm/agent/statusapi"
 )
 
 // getFixture is a node as kdm reports it: two resources, one of them with a stopped plugin,
 // an admitted pod holding two GPUs in an init and an app container, a rejected pod and a
 // pending one.
-func getFixture() (*podresourcesv1.ListPodResourcesResponse, *agent.PageState) {
+func getFixture() (*podresourcesv1.ListPodResourcesResponse, *statusapi.PageState) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	stopped := now.Add(-90 * time.Second)
-	holders := []agent.PageHolder{{Pod: "ml/inference", Container: "server"}, {Pod: "ml/inference", Container: "warmup"}}
-	st := &agent.PageState{Time: now, GracePeriodSeconds: 300, Runtime: agent.RuntimeInfo{Message: podresult.NoContainersMessage},
-		Resources: []agent.PageResource{
+	holders := []statusapi.PageHolder{{Pod: "ml/inference", Container: "server"}, {Pod: "ml/inference", Container: "warmup"}}
+	st := &statusapi.PageState{Time: now, GracePeriodSeconds: 300, Runtime: statusapi.RuntimeInfo{Message: podresult.NoContainersMessage},
+		Resources: []statusapi.PageResource{
 			{Name: "example.com/nic", Capacity: 2, Allocatable: 2,
-				Endpoint: agent.PageEndpoint{State: "Stopped", Socket: "/var/lib/kubelet/device-plugins/nic.sock", StoppedAt: &stopped, GraceRemainingMs: 210_000},
-				Devices:  []agent.PageDevice{{ID: "nic-0", Health: "Healthy"}, {ID: "nic-1", Health: "Healthy", Reserved: true}}},
+				Endpoint: statusapi.PageEndpoint{State: "Stopped", Socket: "/var/lib/kubelet/device-plugins/nic.sock", StoppedAt: &stopped, GraceRemainingMs: 210_000},
+				Devices:  []statusapi.PageDevice{{ID: "nic-0", Health: "Healthy"}, {ID: "nic-1", Health: "Healthy", Reserved: true}}},
 			{Name: "nvidia.com/gpu", Capacity: 4, Allocatable: 3,
-				Endpoint: agent.PageEndpoint{State: "Running", Socket: "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"},
-				Devices: []agent.PageDevice{
+				Endpoint: statusapi.PageEndpoint{State: "Running", Socket: "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"},
+				Devices: []statusapi.PageDevice{
 					{ID: mockGPU(0), Health: "Healthy", NUMANodes: []int64{0}, Holders: holders},
 					{ID: mockGPU(1), Health: "Healthy", NUMANodes: []int64{0}, Holders: holders},
 					{ID: mockGPU(2), Health: "Unhealthy", NUMANodes: []int64{1}},
 					{ID: mockGPU(3), Health: "Healthy", NUMANodes: []int64{1}},
 				}},
 		},
-		Pods: []agent.PagePod{
+		Pods: []statusapi.PagePod{
 			{Namespace: "ml", Name: "inference", UID: "uid-inference", Phase: podresult.PhaseAdmitted,
-				Containers: []agent.PageContainer{{Name: "warmup", Init: true}, {Name: "server"}}},
+				Containers: []statusapi.PageContainer{{Name: "warmup", Init: true}, {Name: "server"}}},
 			{Namespace: "ml", Name: "big", UID: "uid-big", Phase: podresult.PhaseRejected, Reason: "UnexpectedAdmissionError",
 				Message:    "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 8, Available: 1, which is unexpected",
-				Containers: []agent.PageContainer{{Name: "main"}}},
+				Containers: []statusapi.PageContainer{{Name: "main"}}},
 			{Namespace: "ml", Name: "later", UID: "uid-later", Phase: podresult.PhasePending,
-				Waiting:    &agent.PageWait{Container: "main", Resource: "example.com/fpga", Deadline: now.Add(100 * time.Second)},
-				Containers: []agent.PageContainer{{Name: "main"}}},
+				Waiting:    &statusapi.PageWait{Container: "main", Resource: "example.com/fpga", Deadline: now.Add(100 * time.Second)},
+				Containers: []statusapi.PageContainer{{Name: "main"}}},
 		},
 	}
 	pr := &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
@@ -163,7 +163,7 @@ func servePodResources(t *testing.T, path string, resp *podresourcesv1.ListPodRe
 
 // serveState serves st as kdm's /api/state on a loopback port until the test ends; it
 // returns host:port.
-func serveState(t *testing.T, st *agent.PageState) string {
+func serveState(t *testing.T, st *statusapi.PageState) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

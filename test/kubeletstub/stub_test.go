@@ -22,6 +22,7 @@ import (
 	stub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
 )
 
@@ -91,8 +92,8 @@ func (p *kdmProcess) kill() {
 	}
 }
 
-func status(addr string) (agent.NodeStatus, bool) {
-	var st agent.NodeStatus
+func status(addr string) (statusapi.NodeStatus, bool) {
+	var st statusapi.NodeStatus
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + addr + "/status")
 	if err != nil {
@@ -102,10 +103,10 @@ func status(addr string) (agent.NodeStatus, bool) {
 	return st, json.NewDecoder(resp.Body).Decode(&st) == nil
 }
 
-func eventually(t *testing.T, addr, what string, cond func(agent.NodeStatus) bool) agent.NodeStatus {
+func eventually(t *testing.T, addr, what string, cond func(statusapi.NodeStatus) bool) statusapi.NodeStatus {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	var last agent.NodeStatus
+	var last statusapi.NodeStatus
 	for time.Now().Before(deadline) {
 		if st, ok := status(addr); ok {
 			last = st
@@ -163,7 +164,7 @@ func testStub(t *testing.T, kubelet devicemanager.KubeletVersion, preStart, pref
 	}
 	addr := freeAddr(t)
 	kdm := startKdm(t, base, addr, kubelet.Name)
-	eventually(t, addr, "kdm serving", func(agent.NodeStatus) bool { return true })
+	eventually(t, addr, "kdm serving", func(statusapi.NodeStatus) bool { return true })
 
 	logger := ktesting.NewLogger(t, ktesting.NewConfig())
 	devs := []*pluginapi.Device{{ID: "dev-0", Health: pluginapi.Healthy}, {ID: "dev-1", Health: pluginapi.Healthy}, {ID: "dev-2", Health: pluginapi.Healthy}}
@@ -204,13 +205,13 @@ func testStub(t *testing.T, kubelet devicemanager.KubeletVersion, preStart, pref
 		t.Fatalf("the kubelet's stub failed to register with kdm: %v", err)
 	}
 	go s.Watch(ctx, filepath.Join(dp, "kubelet.sock"), resource, dp)
-	eventually(t, addr, "3 devices", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == 3 })
+	eventually(t, addr, "3 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable[resource] == 3 })
 
 	manifest := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: ns\n  uid: 5a5a5a5a-0000-4000-8000-000000000001\nspec:\n  containers:\n  - name: c\n    image: x\n    resources:\n      limits:\n        " + resource + ": 2\n"
 	if err := os.WriteFile(filepath.Join(base, "pods", "p.yaml"), []byte(manifest), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st := eventually(t, addr, "pod admitted", func(st agent.NodeStatus) bool {
+	st := eventually(t, addr, "pod admitted", func(st statusapi.NodeStatus) bool {
 		return len(st.Pods) == 1 && st.Pods[0].Phase == agent.PhaseAdmitted
 	})
 	env := st.Pods[0].Containers[0].RunOptions.Envs
@@ -230,7 +231,7 @@ func testStub(t *testing.T, kubelet devicemanager.KubeletVersion, preStart, pref
 	// kdm restarts: the stub sees kubelet.sock re-created and registers again by itself.
 	kdm.kill()
 	startKdm(t, base, addr, kubelet.Name)
-	eventually(t, addr, "stub back after a kdm restart", func(st agent.NodeStatus) bool {
+	eventually(t, addr, "stub back after a kdm restart", func(st statusapi.NodeStatus) bool {
 		return st.Allocatable[resource] == 3 && len(st.Pods) == 1 && st.Pods[0].Phase == agent.PhaseAdmitted
 	})
 
@@ -242,7 +243,7 @@ func testStub(t *testing.T, kubelet devicemanager.KubeletVersion, preStart, pref
 		if err != nil {
 			t.Fatalf("a second Register on the connected socket: %v, want it accepted", err)
 		}
-		eventually(t, addr, "3 devices from the replacing instance", func(st agent.NodeStatus) bool { return st.Allocatable[resource] == 3 })
+		eventually(t, addr, "3 devices from the replacing instance", func(st statusapi.NodeStatus) bool { return st.Allocatable[resource] == 3 })
 		return
 	}
 	want := "device plugin already connected: " + filepath.Join(dp, "stub.sock")

@@ -1,4 +1,4 @@
-package agent
+package statusapi
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Stream pacing: a state is sent at every change, at most every streamMinGap, and at least
@@ -20,16 +23,18 @@ const (
 )
 
 // stateStreams serves /api/stream: the status page's state as server-sent events. One
-// goroutine (run) takes PageState and encodes it once per change, while any stream is open,
-// and leaves the frame in every stream's mailbox, which holds only the latest: a stream that
-// falls behind skips to the newest state instead of queueing them. Each stream's handler
-// writes what its mailbox holds under a write deadline, so a client that reads slowly or never
-// blocks only its own handler until the deadline drops it; it never holds up the state's
-// computation, the other streams or admission (the state is taken by run alone, under the
-// agent's locks only for the time of a copy, and run never waits for a stream). At most
-// maxStreams streams are served at once; more are answered 503.
+// goroutine (run) takes the Source's PageState and encodes it once per change, while any
+// stream is open, and leaves the frame in every stream's mailbox, which holds only the latest:
+// a stream that falls behind skips to the newest state instead of queueing them. Each stream's
+// handler writes what its mailbox holds under a write deadline, so a client that reads slowly
+// or never blocks only its own handler until the deadline drops it; it never holds up the
+// state's computation, the other streams or the Source (the state is taken by run alone, and
+// run never waits for a stream). At most maxStreams streams are served at once; more are
+// answered 503.
 type stateStreams struct {
-	a            *Agent
+	src          Source
+	clock        clock.Clock
+	log          klog.Logger
 	maxStreams   int
 	writeTimeout time.Duration
 
@@ -46,12 +51,12 @@ type streamMailbox struct {
 	mailbox chan []byte
 }
 
-func newStateStreams(a *Agent, maxStreams int, writeTimeout time.Duration) *stateStreams {
-	return &stateStreams{a: a, maxStreams: maxStreams, writeTimeout: writeTimeout, kick: make(chan struct{}, 1),
+func newStateStreams(src Source, clk clock.Clock, log klog.Logger, maxStreams int, writeTimeout time.Duration) *stateStreams {
+	return &stateStreams{src: src, clock: clk, log: log, maxStreams: maxStreams, writeTimeout: writeTimeout, kick: make(chan struct{}, 1),
 		stopped: make(chan struct{}), subs: map[*streamMailbox]struct{}{}}
 }
 
-// errStreamsStopped refuses a stream once the agent's HTTP server is stopping.
+// errStreamsStopped refuses a stream once the server is stopping.
 var errStreamsStopped = errors.New("the agent is stopping")
 
 // subscribe opens a stream, or returns an error (for a 503) past the bound or once run ended.
@@ -92,7 +97,7 @@ func (s *stateStreams) open() int {
 // streams end.
 func (s *stateStreams) run(ctx context.Context) {
 	defer close(s.stopped)
-	clk := s.a.clock
+	clk := s.clock
 	for {
 		if s.open() == 0 {
 			select { // idle until a stream opens
@@ -101,15 +106,14 @@ func (s *stateStreams) run(ctx context.Context) {
 			case <-s.kick:
 			}
 		}
-		devices, events := s.a.manager.DeviceChanges(), s.a.events.changes()
+		changed := s.src.PageChanges()
 		s.publish()
 		tick := clk.NewTimer(streamTick)
 		select {
 		case <-ctx.Done():
 			tick.Stop()
 			return
-		case <-devices:
-		case <-events:
+		case <-changed:
 		case <-s.kick:
 		case <-tick.C():
 		}
@@ -127,9 +131,9 @@ func (s *stateStreams) run(ctx context.Context) {
 // publish takes the state once and leaves it in every open stream's mailbox, in place of a
 // frame the stream has not taken yet.
 func (s *stateStreams) publish() {
-	data, err := json.Marshal(s.a.PageState())
+	data, err := json.Marshal(s.src.PageState())
 	if err != nil {
-		s.a.log.Error(err, "Failed to encode the status page state")
+		s.log.Error(err, "Failed to encode the status page state")
 		return
 	}
 	frame := fmt.Appendf(nil, "event: state\ndata: %s\n\n", data)
