@@ -21,7 +21,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	stub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 
-	"github.com/kdm-project/kdm/agent"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
 )
@@ -212,7 +212,7 @@ func testStub(t *testing.T, kubelet devicemanager.KubeletVersion, preStart, pref
 		t.Fatal(err)
 	}
 	st := eventually(t, addr, "pod admitted", func(st statusapi.NodeStatus) bool {
-		return len(st.Pods) == 1 && st.Pods[0].Phase == agent.PhaseAdmitted
+		return len(st.Pods) == 1 && st.Pods[0].Phase == podresult.PhaseAdmitted
 	})
 	env := st.Pods[0].Containers[0].RunOptions.Envs
 	if len(env) != 1 || env[0].Name != "STUB_DEVICES" || len(strings.Split(env[0].Value, ",")) != 2 {
@@ -232,7 +232,7 @@ func testStub(t *testing.T, kubelet devicemanager.KubeletVersion, preStart, pref
 	kdm.kill()
 	startKdm(t, base, addr, kubelet.Name)
 	eventually(t, addr, "stub back after a kdm restart", func(st statusapi.NodeStatus) bool {
-		return st.Allocatable[resource] == 3 && len(st.Pods) == 1 && st.Pods[0].Phase == agent.PhaseAdmitted
+		return st.Allocatable[resource] == 3 && len(st.Pods) == 1 && st.Pods[0].Phase == podresult.PhaseAdmitted
 	})
 
 	// The stub registers again on the socket it is connected on. The kubelet v1.36 replaces
