@@ -18,6 +18,7 @@ import (
 // TestRacingManifestsSameWinner: three manifests asking 3 of the 8 GPUs each are moved in at
 // once, in a different order each run; the same pod (the last by name) is rejected every time.
 func TestRacingManifestsSameWinner(t *testing.T) {
+	innerLoopSkips(t, "runs three racing rounds of kdm")
 	n := newNode(t)
 	kdm := n.startServing("8 GPUs")
 	names := []string{"race-a", "race-b", "race-c"}
@@ -113,6 +114,7 @@ func TestWaitingPodHoldsUpNothingElse(t *testing.T) {
 // period removes its resource, the waiting pod is rejected at once with a message that says
 // so, long before the deferral timeout.
 func TestWaitingPodRejectedWhenResourceRemoved(t *testing.T) {
+	innerLoopSkips(t, "waits out a grace period")
 	n := newNode(t)
 	start := time.Now()
 	kdm := restartWithoutPlugin(t, n, "--grace-period", "3s", "--defer-admission-timeout", "10m")
@@ -141,6 +143,7 @@ func TestWaitingPodRejectedWhenResourceRemoved(t *testing.T) {
 // asking for a resource that never comes is admitted without devices when the start-up window
 // ends, with a warning that names the resource. The kubelet policy admits both at once.
 func TestUnregisteredResourceWaitsAtStartup(t *testing.T) {
+	innerLoopSkips(t, "waits out the start-up window for unregistered resources")
 	t.Run("kdm", func(t *testing.T) {
 		n := newNode(t)
 		kdm := n.startKdm("--policy", "kdm", "--defer-admission-timeout", "4s")

@@ -21,6 +21,7 @@ import (
 // files, which still carry NVIDIA_VISIBLE_DEVICES), the next pod gets only free GPUs, a pod
 // that does not fit is rejected, and the checkpoint is valid again.
 func TestLostCheckpoint(t *testing.T) {
+	innerLoopSkips(t, "restarts kdm once per way of losing the checkpoint")
 	losses := []struct {
 		name string
 		lose func(path string) error

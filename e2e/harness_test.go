@@ -408,3 +408,13 @@ func (n *node) restartKeeping(policy string, held map[string][]string, name stri
 	disjointSets(n.t, held)
 	return kdm
 }
+
+// innerLoopSkips skips a test that takes seconds of waiting under -short (make check, the inner
+// loop, which should stay under a minute and a half); make test and CI run it. why says what it
+// waits for.
+func innerLoopSkips(t *testing.T, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why + "; run by make test")
+	}
+}

@@ -81,6 +81,7 @@ func stallPodResources(t *testing.T, sock string, streams int) {
 // responses cannot keep SIGTERM from stopping kdm cleanly, and the stop leaves the checkpoint
 // and the pod's result intact.
 func TestShutdownWithStalledPodResourcesClients(t *testing.T) {
+	innerLoopSkips(t, "waits out stalled podresources clients at shutdown")
 	n := newNode(t)
 	kdm := n.startServing("8 GPUs")
 	n.writePod("steady", 2)
