@@ -30,6 +30,17 @@ func (n *node) kdmGet(args ...string) string {
 	return stdout.String()
 }
 
+// podTable is `kdm get pods`' table without the note under it, which it checks: kdm runs no
+// containers in these tests, and the table must say so.
+func podTable(t *testing.T, out string) string {
+	t.Helper()
+	table, note, _ := strings.Cut(out, "Note: ")
+	if note != podresult.NoContainersMessage+".\n" {
+		t.Errorf("kdm get pods ends with the note %q; want %q", note, podresult.NoContainersMessage+".\n")
+	}
+	return table
+}
+
 // rows splits a table into its rows of whitespace-separated fields, header first.
 func rows(table string) [][]string {
 	var out [][]string
@@ -115,13 +126,8 @@ func TestGetAsksRunningKdm(t *testing.T) {
 		{"e2e", "toobig", "Rejected:", "UnexpectedAdmissionError", "-", "-", "-"},
 		{"e2e", "trainer", "Admitted", "main", "nvidia.com/gpu", strings.Join(held, ",")},
 	}
-	// kdm runs no containers here, and the table says so under its rows.
-	table, note, _ := strings.Cut(n.kdmGet("pods"), "Note: ")
-	if got := rows(table); !slices.EqualFunc(got, want, slices.Equal) {
+	if got := rows(podTable(t, n.kdmGet("pods"))); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("kdm get pods:\n%q\nwant\n%q", got, want)
-	}
-	if note != podresult.NoContainersMessage+".\n" {
-		t.Errorf("kdm get pods ends with the note %q; want %q", note, podresult.NoContainersMessage+".\n")
 	}
 	pods := n.kdmGetJSON("pods", "PodList")
 	byName := map[string]int{}
@@ -231,7 +237,7 @@ func TestRejectedPodRetriedByEditingManifest(t *testing.T) {
 
 	n.startPlugin()
 	n.eventually("the plugin back", gpus(8))
-	if rows := rows(n.kdmGet("pods")); len(rows) != 3 || rows[1][2] != "Rejected:" || rows[2][2] != "Rejected:" {
+	if rows := rows(podTable(t, n.kdmGet("pods"))); len(rows) != 3 || rows[1][2] != "Rejected:" || rows[2][2] != "Rejected:" {
 		t.Fatalf("after the plugin came back, kdm get pods:\n%q\nwant both pods still rejected", rows)
 	}
 
