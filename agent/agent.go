@@ -146,6 +146,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if a.containers != nil {
+			// The kubelet's nodeInfo names its runtime; one that does not answer yet is left out.
+			if v, err := a.containers.askVersion(ctx); err == nil {
+				pcfg.NodeInfo.ContainerRuntimeVersion = v
+			} else {
+				a.log.Error(err, "Container runtime does not answer; the Node names none", "endpoint", a.cfg.ContainerRuntimeEndpoint)
+			}
+		}
 		if publisher, err = nodestatus.NewPublisher(pcfg); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,15 +66,32 @@ func (c *containerRoom) run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	if name, version, err := c.rt.Version(ctx); err != nil {
+	if _, err := c.askVersion(ctx); err != nil {
 		c.a.log.Error(err, "Container runtime does not answer yet", "endpoint", c.endpoint)
-	} else {
-		c.mu.Lock()
-		c.name, c.version = name, version
-		c.mu.Unlock()
-		c.a.log.Info("Container runtime connected", "endpoint", c.endpoint, "runtimeName", name, "runtimeVersion", version)
 	}
 	return c.rt.Run(ctx)
+}
+
+// runtimeVersionTimeout bounds the version question asked at start for the Node's nodeInfo.
+const runtimeVersionTimeout = 5 * time.Second
+
+// askVersion asks the runtime its name and version, keeps them for the views and returns them
+// as the Node's nodeInfo.containerRuntimeVersion names a runtime ("containerd://1.6.20").
+func (c *containerRoom) askVersion(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, runtimeVersionTimeout)
+	defer cancel()
+	name, version, err := c.rt.Version(ctx)
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	known := c.name != ""
+	c.name, c.version = name, version
+	c.mu.Unlock()
+	if !known {
+		c.a.log.Info("Container runtime connected", "endpoint", c.endpoint, "runtimeName", name, "runtimeVersion", version)
+	}
+	return name + "://" + version, nil
 }
 
 // sourcesReady lets the runtime reconcile: every pod that should run is listed by now.

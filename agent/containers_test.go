@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
@@ -47,6 +49,13 @@ func TestContainersWaitForTheSources(t *testing.T) {
 			p.Status.ContainerStatuses[0].State.Running != nil && p.Status.ContainerStatuses[0].ContainerID != ""
 	})
 	id := runningContainer(t, crt, pod.UID)
+	node, err := api.CoreV1().Nodes().Get(context.Background(), "edge-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(v, "containerd://1.") {
+		t.Errorf("the Node's nodeInfo.containerRuntimeVersion is %q; want containerd://<version>", v)
+	}
 	stop()
 	if got := runningContainer(t, crt, pod.UID); got != id {
 		t.Fatalf("stopping kdm changed the container: %s, was %s", got, id)
