@@ -340,3 +340,27 @@ func TestRestartFinishesHalfStartedPod(t *testing.T) {
 		t.Errorf("first = %s (restarts %d), want the adopted containerd://%s, not restarted", got.ContainerID, got.RestartCount, firstID)
 	}
 }
+
+// TestImagePulledOnlyWhenAbsent: an image the runtime lacks is pulled, and a pull that fails
+// leaves the container waiting with ErrImagePull; an image it holds is used as it is. Every
+// other test shows the second half: their probe image exists nowhere but in this containerd,
+// so a pull of it would fail and the container would never start.
+func TestImagePulledOnlyWhenAbsent(t *testing.T) {
+	h := newHarness(t)
+	r, _ := h.start()
+	absent := h.pod("absent", v1.RestartPolicyAlways, v1.Container{Name: "main", Image: "kdm.test/absent:1"})
+	present := h.pod("present", v1.RestartPolicyAlways, h.container("main"))
+	h.setPods(absent, present)
+	r.Trigger()
+	waitStatus(t, r, present.UID, "the pod of a present image Running", phaseIs(v1.PodRunning))
+	s := waitStatus(t, r, absent.UID, "the pod of an absent image waiting on its pull", func(s PodStatus) bool {
+		return len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].State.Waiting != nil &&
+			s.ContainerStatuses[0].State.Waiting.Reason == reasonErrImagePull
+	})
+	if msg := s.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "PullImage kdm.test/absent:1") {
+		t.Errorf("ErrImagePull message %q; want it to name the pull of kdm.test/absent:1", msg)
+	}
+	if s.Phase != v1.PodPending {
+		t.Errorf("phase %s; want Pending while the image cannot be pulled", s.Phase)
+	}
+}
