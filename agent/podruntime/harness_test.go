@@ -85,15 +85,14 @@ func (h *harness) start(opts ...runtimeOpts) (*Runtime, func()) {
 		SyncPeriod:      100 * time.Millisecond,
 		Logger:          ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))),
 		OnStopped: func(uid types.UID) {
+			// Recorded before the test's hook runs: a test woken by its hook reads the record.
 			h.mu.Lock()
 			f := h.onStopped
+			h.stopped = append(h.stopped, uid)
 			h.mu.Unlock()
 			if f != nil {
 				f(uid)
 			}
-			h.mu.Lock()
-			h.stopped = append(h.stopped, uid)
-			h.mu.Unlock()
 		},
 	}
 	for _, o := range opts {
