@@ -30,6 +30,7 @@ type containerRoom struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
+	// mu guards stopping, name and version; where both are held, Agent.mu is taken first.
 	mu sync.Mutex
 	// stopping are the removed pods whose containers or sandbox may still exist.
 	stopping map[types.UID]*v1.Pod
@@ -105,7 +106,12 @@ func (c *containerRoom) pods() []*v1.Pod {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]*v1.Pod, 0, len(a.pods))
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for uid, p := range a.pods {
+		// A pod its source listed again while it was stopping (a manifest deleted and put
+		// back with its UID) is no longer removed.
+		delete(c.stopping, uid)
 		if r := a.results[uid]; r != nil && r.Phase == podresult.PhaseAdmitted {
 			out = append(out, p)
 		}
@@ -142,6 +148,12 @@ func (c *containerRoom) onStopped(uid types.UID) {
 	delete(c.stopping, uid)
 	c.mu.Unlock()
 	if !ok {
+		return
+	}
+	if _, back := c.a.podByUID(uid); back {
+		// Its source listed it again (a manifest deleted and put back with its UID) while
+		// its old containers stopped: it is tracked and admitted anew, keeping its devices
+		// and its result; the runtime starts its containers again.
 		return
 	}
 	c.a.release(pod)

@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/agent/internal/apitest"
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
 	"github.com/kdm-project/kdm/internal/containerdtest"
@@ -146,5 +147,63 @@ func TestPreStartBeforeEachContainerStart(t *testing.T) {
 		if len(c.DevicesIds) != 1 || c.DevicesIds[0] != "g0" {
 			t.Errorf("PreStartContainer for %v; want [g0]", c.DevicesIds)
 		}
+	}
+}
+
+// TestPodPutBackWhileItsContainersStop: a manifest deleted and put back (same pod, same UID)
+// while its container is still stopping keeps the pod: once the old container is gone, the
+// pod is not released but runs again, with its result and its device.
+func TestPodPutBackWhileItsContainersStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a containerd; run without -short")
+	}
+	ctd := containerdtest.Start(t)
+	probe, sandbox := containerdtest.ImportProbe(t, ctd)
+	crt := ctd.Dial(t)
+	f := newFixture(t)
+	a, _ := f.runWith(Config{PodManifestPath: f.pods, ContainerRuntimeEndpoint: ctd.Endpoint(), SandboxImage: sandbox})
+	f.plugin("g0")
+	f.waitFor(a, "1 device", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 1 })
+
+	body := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: back\nspec:\n  terminationGracePeriodSeconds: 10\n  containers:\n  - name: main\n    image: " + probe +
+		"\n    env:\n    - name: PROBE_TERM_DELAY\n      value: 2s\n    resources:\n      limits:\n        example.com/gpu: 1\n"
+	path := filepath.Join(f.pods, "back.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := f.waitFor(a, "back running", runtimePhase("back", v1.PodRunning))
+	uid := phase(st, "back").UID
+	first := runningContainer(t, crt, uid)
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !a.containers.isStopping(uid) {
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted pod's containers were not asked to stop within 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The runtime's stop begins at once; its container takes 2 s to stop. Put the pod back
+	// within them.
+	time.Sleep(300 * time.Millisecond)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A new container runs only in a sync after the one that removed the old container and
+	// reported it stopped: whatever that report did is done by then.
+	st = f.waitFor(a, "back running in a new container, no longer stopping", func(st statusapi.NodeStatus) bool {
+		id := runningContainer(t, crt, uid)
+		return runtimePhase("back", v1.PodRunning)(st) && id != "" && id != first && !a.containers.isStopping(uid)
+	})
+	if p := phase(st, "back"); p == nil || p.Phase != podresult.PhaseAdmitted {
+		t.Fatalf("after its old container stopped, the pod put back has result %+v; want it admitted", p)
+	}
+	if got := a.Manager().GetDevices(string(uid), "main")["example.com/gpu"]; len(got) != 1 {
+		t.Fatalf("the pod put back holds %v; want its device", got)
+	}
+	if _, err := os.Stat(podresult.Path(filepath.Join(f.root, "kdm", "pods"), podresult.PodOf(phase(st, "back")))); err != nil {
+		t.Fatalf("the pod put back has no result file: %v", err)
 	}
 }
