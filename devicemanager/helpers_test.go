@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -18,21 +17,15 @@ import (
 
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
+
+	"github.com/kdm-project/kdm/internal/sockdir"
 )
 
 // waitTimeout bounds every wait for an event in these tests.
 const waitTimeout = 20 * time.Second
 
 // shortDir returns a temp dir short enough for unix socket paths, removed at cleanup.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "kdm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
+var shortDir = sockdir.New
 
 // testManager builds and starts a manager on dir with cfg's other fields, stopping it at
 // cleanup.

@@ -3,7 +3,6 @@ package endpoint
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -12,6 +11,8 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/internal/sockdir"
 )
 
 func TestMain(m *testing.M) {
@@ -22,17 +23,8 @@ func TestMain(m *testing.M) {
 // synchronisation point.
 const waitLimit = 20 * time.Second
 
-// socketDir returns a short temporary directory (unix socket paths are limited to 108 bytes,
-// and t.TempDir() can be longer).
-func socketDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "kdm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
+// socketDir returns a short temporary directory for unix sockets.
+var socketDir = sockdir.New
 
 // stubPlugin is a minimal DevicePluginServer. Unset hooks give simple defaults: the options
 // as set, ListAndWatch streaming whatever is sent on updates until it is closed, and empty

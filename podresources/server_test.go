@@ -29,6 +29,8 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/kdm-project/kdm/podresources/podresourcestest"
+
+	"github.com/kdm-project/kdm/internal/sockdir"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -256,14 +258,7 @@ func TestFlatten(t *testing.T) {
 }
 
 // shortDir is a temp dir short enough for unix socket paths.
-func shortDir(t testing.TB) string {
-	dir, err := os.MkdirTemp("", "kdm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
+var shortDir = sockdir.New
 
 // serve runs srv on a socket under a temp root and returns a connected client.
 func serve(t testing.TB, srv *Server) (*grpc.ClientConn, string) {

@@ -16,18 +16,14 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/devicemanager"
+
+	"github.com/kdm-project/kdm/internal/sockdir"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func shortDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "kdm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
+// shortDir is a directory short enough for unix socket paths.
+var shortDir = sockdir.New
 
 func mockPlugin(t *testing.T, mutate ...func(*Config)) *Plugin {
 	t.Helper()

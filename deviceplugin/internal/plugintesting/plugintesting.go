@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,22 +15,15 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kdm-project/kdm/internal/sockdir"
 )
 
 // WaitTimeout bounds every wait for an event; it is a safety net, never the expected path.
 const WaitTimeout = 10 * time.Second
 
-// ShortDir is a fresh directory with a short path (unix socket paths are limited to 107
-// bytes, and t.TempDir() can be long), removed at cleanup.
-func ShortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "kdm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
+// ShortDir is a fresh directory with a short path for unix sockets, removed at cleanup.
+var ShortDir = sockdir.New
 
 // Devices returns one device per ID, each with this health.
 func Devices(health string, ids ...string) []*pluginapi.Device {
