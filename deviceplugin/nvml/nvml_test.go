@@ -253,3 +253,37 @@ func TestHealthControlDir(t *testing.T) {
 		t.Fatalf("marking an unknown GPU succeeded")
 	}
 }
+
+// TestUnhealthyLoggedOncePerChange: a health control file is often written in two steps
+// (truncate, write), and each one re-marks the GPU; the log names each change once.
+func TestUnhealthyLoggedOncePerChange(t *testing.T) {
+	buf := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	p := mockPlugin(t, func(c *Config) { c.Logger = buf })
+	gpu := p.gpus[2].UUID
+	count := func() int {
+		return strings.Count(buf.GetSink().(ktesting.Underlier).GetBuffer().String(), "GPU marked unhealthy")
+	}
+	for i := 0; i < 2; i++ {
+		if err := p.MarkUnhealthy(gpu, "health control file"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count(); got != 1 {
+		t.Fatalf("the same reason twice logged %d times, want 1", got)
+	}
+	if err := p.MarkUnhealthy(gpu, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != 2 {
+		t.Fatalf("a new reason logged %d lines in all, want 2", got)
+	}
+	if err := p.MarkHealthy(gpu); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.MarkUnhealthy(gpu, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != 3 {
+		t.Fatalf("unhealthy again after healthy logged %d lines in all, want 3", got)
+	}
+}

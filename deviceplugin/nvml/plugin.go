@@ -122,15 +122,20 @@ func (p *Plugin) SocketPath() string { return p.sdk.SocketPath() }
 // Devices returns the advertised device list.
 func (p *Plugin) Devices() []*pluginapi.Device { return p.sdk.Devices() }
 
-// MarkUnhealthy takes a GPU out of service; the manager is told at once.
+// MarkUnhealthy takes a GPU out of service; the manager is told at once. It logs only a
+// change: a GPU already out of service for the same reason (a control file written twice)
+// is not logged again.
 func (p *Plugin) MarkUnhealthy(uuid, reason string) error {
 	if _, ok := p.byUUID[uuid]; !ok {
 		return fmt.Errorf("unknown GPU %q", uuid)
 	}
 	p.mu.Lock()
+	previous, was := p.unhealthy[uuid]
 	p.unhealthy[uuid] = reason
 	p.mu.Unlock()
-	p.log.Info("GPU marked unhealthy", "deviceID", uuid, "reason", reason)
+	if !was || previous != reason {
+		p.log.Info("GPU marked unhealthy", "deviceID", uuid, "reason", reason)
+	}
 	return p.sdk.SetHealth(uuid, pluginapi.Unhealthy)
 }
 
