@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -183,6 +185,54 @@ func BenchmarkWritePreparedArrival(b *testing.B) {
 					if err := s.WritePrepared(&Prepared{Entries: entries, Registered: reg}); err != nil {
 						b.Fatal(err)
 					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkWritePreparedDeparture measures the durable WritePrepared of an Allocate on a
+// node of pods pods, as the device manager's file changes: per op a new pod's entry goes at
+// the end and one pod leaves, the newest (the previous op's), the oldest (the file's first
+// entry) or one drawn at random. Unlike BenchmarkWritePreparedArrival, where the entries
+// after the change follow the same text every time, a departure leaves every later entry
+// after a different state of the checksum's chain, as in the device manager.
+func BenchmarkWritePreparedDeparture(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		d := benchData(b, n)
+		reg := []*Registered{NewRegistered("nvidia.com/gpu", d.RegisteredDevices["nvidia.com/gpu"])}
+		for _, order := range []string{"newest", "oldest", "random"} {
+			b.Run(fmt.Sprintf("pods=%d,departs=%s", n, order), func(b *testing.B) {
+				s, err := NewStore(StoreConfig{Dir: b.TempDir()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				live := make([]*Entry, 0, n+1)
+				for _, e := range d.PodDeviceEntries {
+					live = append(live, NewEntry(e))
+				}
+				if err := s.WritePrepared(&Prepared{Entries: live, Registered: reg}); err != nil {
+					b.Fatal(err)
+				}
+				random := rand.New(rand.NewPCG(uint64(n), 0x5eed))
+				next := n
+				b.ReportAllocs()
+				for b.Loop() {
+					arrival := d.PodDeviceEntries[next%n]
+					arrival.PodUID = fmt.Sprintf("6f1c2b7e-3a41-4c1e-9d7a-%012d", next)
+					live = append(live, NewEntry(arrival))
+					if err := s.WritePrepared(&Prepared{Entries: live, Registered: reg}); err != nil {
+						b.Fatal(err)
+					}
+					i := len(live) - 1
+					switch order {
+					case "oldest":
+						i = 0
+					case "random":
+						i = random.IntN(len(live))
+					}
+					live = slices.Delete(live, i, i+1)
+					next++
 				}
 			})
 		}
