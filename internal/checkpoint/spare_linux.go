@@ -84,7 +84,7 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept i
 			return 0, 0, true, fmt.Errorf("truncate temporary file: %w", err)
 		}
 	}
-	if err := f.Sync(); err != nil {
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
 		s.dropSpare()
 		return 0, 0, true, fmt.Errorf("sync temporary file: %w", err)
 	}
