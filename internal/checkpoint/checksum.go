@@ -55,6 +55,8 @@ var byteDec = func() (t [256]decDigits) {
 	return t
 }()
 
+func (d *decDigits) string() string { return string(d.d[:d.n]) }
+
 // fnv1a folds p into the FNV-1a 32 state h.
 func fnv1a[T string | []byte](h uint32, p T) uint32 {
 	for i := 0; i < len(p); i++ {
@@ -65,7 +67,8 @@ func fnv1a[T string | []byte](h uint32, p T) uint32 {
 }
 
 // hasher emits the grammar into a running FNV-1a 32 state. With keepText it
-// also appends the text to text, for tests and for the V1 checksum.
+// also appends the text to text, for tests and for the V1 checksum. With sum (and
+// keepText) it gathers what it emits into a textSum (see entrySum).
 type hasher struct {
 	t        *hashTables
 	h        uint32
@@ -73,6 +76,7 @@ type hasher struct {
 	text     []byte
 	ikeys    []int64
 	skeys    []string
+	sum      *sumBuilder
 }
 
 func newHasher(keepText bool) hasher {
@@ -134,7 +138,11 @@ func (s *hasher) bytesDec(b []byte) {
 		return
 	}
 	s.char('[')
-	if len(b) > 0 {
+	if s.sum != nil && len(b) > 1 {
+		s.str(byteDec[b[0]].string())
+		s.sum.text(s)
+		s.sum.join(s.t.decimalSum(b[1:]))
+	} else if len(b) > 0 {
 		d := &byteDec[b[0]]
 		if s.keepText {
 			s.text = append(s.text, d.d[:d.n]...)

@@ -22,6 +22,11 @@ type Entry struct {
 	PodDevicesEntry
 	text atomic.Pointer[cachedText]
 	sum  cachedSum
+	// run is, for an entry that heads a run (see entryRun), the run's textSum as last
+	// composed.
+	run atomic.Pointer[entryRun]
+	// heads says whether the entry starts a run (see runHead).
+	heads bool
 	// read is the entry's text in the file it was read from (see decodeEntries), set before
 	// the Entry is handed out: the first encoding uses it if it is exactly Encode's.
 	read []byte
@@ -29,7 +34,9 @@ type Entry struct {
 
 // NewEntry returns e as an Entry. It does not copy e's lists or bytes: they
 // are shared, and must not be modified afterwards.
-func NewEntry(e PodDevicesEntry) *Entry { return &Entry{PodDevicesEntry: e} }
+func NewEntry(e PodDevicesEntry) *Entry {
+	return &Entry{PodDevicesEntry: e, heads: runHead(&e)}
+}
 
 // Registered is one resource's registered device IDs (a RegisteredDevices
 // pair) that keeps its encoding between writes, as Entry does. Resource and
@@ -282,17 +289,42 @@ func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow fun
 		}
 	}
 	s := newHasher(false)
-	s.frag(s.t.head)
-	s.entries(entries == nil, len(entries), func(i int) {
-		e := entries[i]
+	var allowance passAllowance
+	// One entry's part of the checksum; it reports whether the entry has its whole textSum.
+	entry := func(e *Entry) bool {
 		textLen := func() int { return entryTextLen(s.t, &e.PodDevicesEntry) }
-		if !e.sum.applied(&s, textLen) {
-			hashing(e.encoded())
-			h0 := s.h
-			s.entry(&e.PodDevicesEntry)
-			e.sum.remember(h0, s.h, textLen, false)
+		switch e.sum.apply(&s, textLen) {
+		case sumMemo:
+			return e.sum.whole.Load() != nil
+		case sumWhole:
+			allowance.spared(len(e.encoded().json))
+			return true
 		}
-	})
+		hashing(e.encoded())
+		if allowance.affords(len(e.encoded().json), e.sum.hashedBefore()) {
+			w := entrySum(&e.PodDevicesEntry)
+			e.sum.whole.Store(w)
+			s.h = w.apply(s.h)
+			return true
+		}
+		h0 := s.h
+		s.entry(&e.PodDevicesEntry)
+		e.sum.remember(h0, s.h, textLen, false)
+		return false
+	}
+	s.frag(s.t.head)
+	if entries == nil {
+		s.frag(s.t.nilText)
+	} else {
+		s.char('[')
+		for i := 0; i < len(entries); {
+			if i > 0 {
+				s.char(' ')
+			}
+			i = checksumRun(&s, entries, i, entry)
+		}
+		s.char(']')
+	}
 	s.frag(s.t.reg)
 	if regNil {
 		s.frag(s.t.nilText)

@@ -19,13 +19,18 @@ import (
 // a write hashes its text again only after a low byte it has not been seen after, at most
 // 256 times in its life, and otherwise costs one multiply.
 //
+// An Entry that keeps being hashed after new states (the entries before it change: an older
+// pod left) gets, once a write can afford it (see passAllowance), its whole textSum: every
+// later write then costs it one multiply, whatever comes before it.
+//
 // A piece read from a file comes with the states before and after its text (seen), which the
 // reader records without working out mul: that costs a pass over the text, and is left to the
 // first checksum that uses the piece.
 type cachedSum struct {
-	mul  atomic.Uint32 // p^len(text), stored before last; 0 (no power of p) until then
-	last atomic.Uint64 // sumKnown | low byte << 32 | add, or 0
-	wide atomic.Pointer[sumTable]
+	mul   atomic.Uint32 // p^len(text), stored before last; 0 (no power of p) until then
+	last  atomic.Uint64 // sumKnown | low byte << 32 | add, or 0
+	wide  atomic.Pointer[sumTable]
+	whole atomic.Pointer[textSum]
 	// seen is h0 | h << 32 from the reader's hash, valid once hasSeen is set.
 	seen    atomic.Uint64
 	hasSeen atomic.Bool
@@ -60,15 +65,73 @@ func (t *sumTable) set(l uint8, add uint32) {
 // low byte. When it did not, the caller hashes the text and calls remember. textLen, the
 // text's length, is asked for when states seen by a reader are turned into the memo.
 func (c *cachedSum) applied(s *hasher, textLen func() int) bool {
+	return c.apply(s, textLen) != sumMissed
+}
+
+// sumSource says where apply found a piece's part of the checksum.
+type sumSource uint8
+
+const (
+	sumMissed sumSource = iota // nowhere: the caller hashes the text
+	sumMemo                    // the memo of the last low byte, or the wide table
+	sumWhole                   // the whole textSum, where the memo had missed
+)
+
+// apply is applied, saying where the part came from.
+func (c *cachedSum) apply(s *hasher, textLen func() int) sumSource {
+	if w := c.whole.Load(); w != nil {
+		if v := c.last.Load(); v&sumKnown != 0 && uint8(v>>32) == uint8(s.h) {
+			s.h = w.apply(s.h)
+			return sumMemo
+		}
+		s.h = w.apply(s.h)
+		return sumWhole
+	}
 	if c.last.Load()&sumKnown == 0 && c.hasSeen.Load() {
 		seen := c.seen.Load()
 		c.remember(uint32(seen), uint32(seen>>32), textLen, false)
 	}
 	add, ok := c.lookup(uint8(s.h))
 	if !ok {
-		return false
+		return sumMissed
 	}
 	s.h = c.mul.Load()*s.h + add
+	return sumMemo
+}
+
+// hashedBefore reports whether the piece's part is known for some low byte: it was hashed
+// before, after another state than now when apply just missed.
+func (c *cachedSum) hashedBefore() bool { return c.last.Load()&sumKnown != 0 }
+
+// wholeCostPasses is what building an Entry's textSum costs, in passes of the checksum over
+// its text (BenchmarkTextSum: about 32 on the benchmark machine's entries).
+const wholeCostPasses = 32
+
+// wholeSpendFactor bounds what one checksum spends on textSums: that many times what it
+// would have spent on passes without them.
+const wholeSpendFactor = 8
+
+// passAllowance decides, during one checksum, which pieces get their whole textSum: a
+// piece's is built when wholeSpendFactor times the passes over text this checksum has made
+// or been spared by textSums (counted in bytes of JSON) pays for it. So a checksum costs at
+// most 1+wholeSpendFactor times what it cost without textSums, and a file whose entries all
+// follow new states at every write (the oldest pod leaves at every admission) has them all
+// within about wholeCostPasses/wholeSpendFactor writes, after which such a write costs a
+// lookup per run of entries.
+type passAllowance struct{ bytes int }
+
+// spared records a pass over n bytes that a textSum saved.
+func (a *passAllowance) spared(n int) { a.bytes += wholeSpendFactor * n }
+
+// affords records that a piece of n bytes missed its memo and reports whether its textSum
+// is to be built now, which it then pays for. Only a piece hashed before (eligible) gets
+// one: most entries are hashed once, after the entries before them, and never again.
+func (a *passAllowance) affords(n int, eligible bool) bool {
+	a.bytes += wholeSpendFactor * n
+	if !eligible || a.bytes < wholeCostPasses*n {
+		return false
+	}
+	a.bytes -= wholeCostPasses * n
 	return true
 }
 
@@ -116,6 +179,14 @@ func (c *cachedSum) remember(h0, h uint32, textLen func() int, wide bool) {
 		}
 	}
 	t.set(uint8(h0), add)
+}
+
+// entryText returns e's ENTRY text (what hasher.entry emits).
+func entryText(e *PodDevicesEntry) []byte {
+	s := newHasher(true)
+	s.text = make([]byte, 0, entryTextLen(s.t, e))
+	s.entry(e)
+	return s.text
 }
 
 // entryTextLen returns the length of e's ENTRY text (what hasher.entry emits).
