@@ -271,32 +271,31 @@ func (m *Manager) Start(ctx context.Context, src Sources) error {
 
 // restoreConcurrently restores a checkpoint that was read (apply, from readCheckpoint; nil
 // restores nothing) on a goroutine, while Start cleans the directory and serves kubelet.sock.
-// It returns once that goroutine holds mu, which it keeps until the state is restored: whoever
-// takes mu next (a plugin's Register, an admission, Stop) sees the restored state, and
-// GetCapacity, which otherwise reads capacity without mu, takes mu until then. The returned
-// channel closes when the goroutine is done.
+// It takes mu itself and hands it, held, to that goroutine, which unlocks it once the state
+// is restored: whoever takes mu next (a plugin's Register, an admission, Stop) sees the
+// restored state, and GetCapacity, which otherwise reads capacity without mu, takes mu until
+// then. Start goes on at once rather than waiting for the goroutine to be scheduled (on a
+// busy node the new goroutine would otherwise run its whole restore before Start resumes).
+// The returned channel closes when the goroutine is done.
 func (m *Manager) restoreConcurrently(applyLocked func()) <-chan struct{} {
 	done := make(chan struct{})
 	if applyLocked == nil {
 		close(done)
 		return done
 	}
-	locked := make(chan struct{})
+	m.mu.Lock() // unlocked by the goroutine below (a sync.Mutex may be)
 	m.restoring.Store(true)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		defer close(done)
-		m.mu.Lock()
 		defer m.mu.Unlock()
-		close(locked)
 		if m.testHookRestoring != nil {
 			m.testHookRestoring()
 		}
 		applyLocked()
 		m.restoring.Store(false)
 	}()
-	<-locked
 	return done
 }
 
