@@ -181,8 +181,11 @@ func allocateHolder(tb testing.TB, m Manager, pods *PodList) string {
 // Restart measures a manager restart with 250 running pods holding all 1000 devices (4
 // each): an op builds and starts a new manager on the previous one's directory (it reads the
 // checkpoint, removes the plugin sockets and serves a new kubelet.sock), the plugin serves
-// its socket again and registers, and the op ends when all 1000 devices are allocatable.
-// Between ops, untimed, the previous manager's checkpoint write that follows the plugin's list
+// its socket again and registers, and the op ends when the manager has announced the
+// restored pods' devices on its Updates channel (both managers announce devices that are new
+// to them and held by a pod, right after applying the list, before writing the checkpoint)
+// and all 1000 devices are allocatable: WaitUpdated, the same wait as ListAndWatchUpdate's,
+// which neither spins nor takes a manager's lock. Between ops, untimed, the previous manager's checkpoint write that follows the plugin's list
 // is waited for (Manager.Settle) and the manager is stopped, so that no write of one op lands
 // in the next (CheckRestartSettles checks it). Beside ns/op it reports the mean of each part
 // of an op (restartParts).
@@ -262,7 +265,7 @@ func (r *restartRig) op(tb testing.TB, parts *restartParts) {
 		tb.Fatal(err)
 	}
 	t2 := time.Now()
-	WaitAllocatable(tb, r.m, RestartPods*RestartPerPod)
+	WaitUpdated(tb, r.m, RestartPods*RestartPerPod)
 	if parts != nil {
 		parts.add(t0, t1, t2, time.Now())
 	}

@@ -230,9 +230,9 @@ func (p *Plugin) Restart() error {
 	return p.register()
 }
 
-// WaitAllocatable spins until m reports want allocatable devices. It yields between checks
-// rather than sleeping, so that it adds no timer granularity to what is measured; every
-// manager is waited for the same way.
+// WaitAllocatable spins until m reports want allocatable devices, yielding between checks
+// (see WaitYieldEnv). The benchmarks use it in their untimed set-ups only: a timed op ends
+// with WaitUpdated, since a spinning waiter holds up the managers' own goroutines.
 func WaitAllocatable(tb testing.TB, m Manager, want int64) {
 	SpinUntil(tb, func() bool { return m.Allocatable() == want },
 		func() string { return fmt.Sprintf("allocatable is %d after 30s, want %d", m.Allocatable(), want) })
