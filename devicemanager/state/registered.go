@@ -15,13 +15,18 @@ import (
 // dropping the devices no longer healthy when none entered, and by reusing base itself (and
 // its encoding) when healthy is back to it, as when a plugin returns after a disconnect with
 // the same devices. Only a list with new devices is sorted again. So a burst of changes costs
-// at most one pass over the list, at the next snapshot. The zero value is empty and stale.
+// at most one pass over the list, at the next snapshot. A device whose health flaps takes the
+// list back and forth between two values: the one before base is kept too (prev), and reused,
+// with its encoding and its part of the checksum, when the list returns to it. The zero value
+// is empty and stale.
 type registeredCache struct {
 	// last is the list as last returned; current while fresh.
 	last  *checkpoint.Registered
 	fresh bool
 	// base is the last non-empty list computed: the one a new list is derived from.
 	base *checkpoint.Registered
+	// prev is the base before base, for lists of up to maxPrevIDs devices.
+	prev *checkpoint.Registered
 	// touched holds the IDs that entered or left healthy since base was computed, unless
 	// untracked: more changed than are worth tracking, some changed without being told, or
 	// healthy was empty at a snapshot since.
@@ -31,6 +36,10 @@ type registeredCache struct {
 	// a sort reads its IDs in the order they lie in memory, which is faster than the set's.
 	listed []string
 }
+
+// maxPrevIDs bounds the lists a cache keeps a second of (prev): a larger one would double
+// the memory of a large plugin's list.
+const maxPrevIDs = 1 << 16
 
 // maxTouched bounds the IDs a cache of n devices tracks as changed: beyond it, a pass over
 // the whole list costs about as much.
@@ -75,7 +84,15 @@ func (c *registeredCache) get(name string, healthy sets.Set[string]) *checkpoint
 		return c.last
 	}
 	if ids, same := c.update(healthy); !same {
-		c.base = checkpoint.NewRegistered(name, ids)
+		next := c.prev
+		if next == nil || !slices.Equal(next.IDs, ids) {
+			next = checkpoint.NewRegistered(name, ids)
+		}
+		c.prev = nil
+		if c.base != nil && len(c.base.IDs) <= maxPrevIDs {
+			c.prev = c.base
+		}
+		c.base = next
 	}
 	c.last = c.base
 	c.fresh, c.touched, c.untracked = true, nil, false

@@ -630,3 +630,41 @@ func capacityCounts(s *State, now time.Time, grace time.Duration) (map[string]Co
 	removed := s.Capacity(now, grace, func(res string, c Counts) { counts[res] = c })
 	return counts, removed
 }
+
+// TestFlappingHealthReusesRegisteredLists: a device whose health flaps takes the registered
+// list back and forth between two values; each snapshot after the first two returns the very
+// Registered of two snapshots before, so its encoding and its part of the checksum are reused.
+func TestFlappingHealthReusesRegisteredLists(t *testing.T) {
+	s := New(Options{})
+	s.Connect("r")
+	list := func(sick bool) []*pluginapi.Device {
+		devs := make([]*pluginapi.Device, 100)
+		for i := range devs {
+			devs[i] = &pluginapi.Device{ID: fmt.Sprintf("dev-%03d", i), Health: pluginapi.Healthy}
+		}
+		if sick {
+			devs[40].Health = pluginapi.Unhealthy
+		}
+		return devs
+	}
+	registered := func() *checkpoint.Registered {
+		t.Helper()
+		p := s.Prepared()
+		if len(p.Registered) != 1 {
+			t.Fatalf("%d registered resources, want 1", len(p.Registered))
+		}
+		return p.Registered[0]
+	}
+	var seen [2]*checkpoint.Registered
+	for i := range 6 {
+		s.ApplyDeviceList("r", list(i%2 == 1))
+		r := registered()
+		if want := 100 - i%2; len(r.IDs) != want {
+			t.Fatalf("snapshot %d registers %d devices, want %d", i, len(r.IDs), want)
+		}
+		if i >= 2 && r != seen[i%2] {
+			t.Fatalf("snapshot %d made a new registered list; the health flap's list of two snapshots before was not reused", i)
+		}
+		seen[i%2] = r
+	}
+}
