@@ -301,7 +301,7 @@ func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow fun
 			return true
 		}
 		hashing(e.encoded())
-		if allowance.affords(len(e.encoded().json), e.sum.hashedBefore()) {
+		if fastPath(offWhole) && allowance.affords(len(e.encoded().json), e.sum.hashedBefore()) {
 			w := entrySum(&e.PodDevicesEntry)
 			e.sum.whole.Store(w)
 			s.h = w.apply(s.h)

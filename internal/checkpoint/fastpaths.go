@@ -20,6 +20,9 @@ const (
 	// second goroutine while it is parsed, and keeps no checksum states for the first write
 	// after a restart.
 	offSummed
+	// offWhole builds no entry's whole textSum and composes no run (see text_sum.go): an
+	// entry that follows a new state is hashed again.
+	offWhole
 )
 
 // fastPath reports whether the fast path off is on.

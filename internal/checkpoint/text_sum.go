@@ -187,7 +187,7 @@ var spaceSum = sync.OnceValue(func() *textSum { return laneSum([]byte{' '}, 64) 
 // its whole textSum, and a run whose entries all have one is composed for the next write.
 func checksumRun(s *hasher, entries []*Entry, i int, entry func(*Entry) bool) int {
 	head := entries[i]
-	if !head.heads {
+	if !head.heads || !fastPath(offWhole) {
 		entry(head)
 		return i + 1
 	}

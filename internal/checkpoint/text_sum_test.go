@@ -96,8 +96,19 @@ func BenchmarkTextSum(b *testing.B) {
 // leave from the start, the middle and the end, arrive at the end and in the middle, the same
 // entries come back) and checks every write's checksum against Checksum of the same Data: the
 // memos, the entries' textSums and the runs' must give exactly the kubelet's checksum. It
-// also checks that the textSums and runs were used, so that the comparison covers them.
+// also checks that the textSums and runs were used, so that the comparison covers them, and
+// that the fast-path switch turns them off.
 func TestChecksumPreparedChurn(t *testing.T) {
+	t.Run("fast", func(t *testing.T) { checksumChurn(t, true) })
+	t.Run("whole off", func(t *testing.T) {
+		defer func(off uint32) { fastPathsOff = off }(fastPathsOff)
+		fastPathsOff |= offWhole
+		checksumChurn(t, false)
+	})
+}
+
+// checksumChurn is TestChecksumPreparedChurn with textSums on (wholeOn) or off.
+func checksumChurn(t *testing.T, wholeOn bool) {
 	const n = 600
 	d := benchData(t, n+400)
 	pool := make([]*Entry, len(d.PodDeviceEntries))
@@ -145,7 +156,10 @@ func TestChecksumPreparedChurn(t *testing.T) {
 			runs++
 		}
 	}
-	if wholes < len(live)/2 || runs == 0 {
+	switch {
+	case wholeOn && (wholes < len(live)/2 || runs == 0):
 		t.Fatalf("%d of %d entries have a textSum and %d runs are composed: the churn did not exercise them", wholes, len(live), runs)
+	case !wholeOn && wholes+runs > 0:
+		t.Fatalf("with the whole fast path off, %d entries have a textSum and %d runs are composed", wholes, runs)
 	}
 }

@@ -26,11 +26,13 @@ const FastPathsEnv = "UPSTREAMBENCH_FASTPATHS_OFF"
 //   - spare: every write through a new temporary file, not the spare and a name exchange;
 //   - delta: the spare rewritten whole, not from the first entry that differs;
 //   - summed: a large file parsed, then hashed, not hashed while it is parsed, and no
-//     checksum states nor text kept for the first write after a restart.
-var fastPathBits = map[string]uint32{"spare": 1 << 0, "delta": 1 << 1, "summed": 1 << 2}
+//     checksum states nor text kept for the first write after a restart;
+//   - whole: no entry's whole textSum and no run of them: an entry that follows a new
+//     checksum state (an older pod left) is hashed again.
+var fastPathBits = map[string]uint32{"spare": 1 << 0, "delta": 1 << 1, "summed": 1 << 2, "whole": 1 << 3}
 
 // FastPaths are the names fastPathBits knows, in the order the table lists them.
-var FastPaths = []string{"spare", "delta", "summed"}
+var FastPaths = []string{"spare", "delta", "summed", "whole"}
 
 // setFastPathsOff turns off the fast paths FastPathsEnv names; TestMain calls it before
 // anything of package checkpoint runs.

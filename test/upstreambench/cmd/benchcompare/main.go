@@ -23,7 +23,7 @@
 // UPSTREAMBENCH_FASTPATHS_OFF), and prints a table of the times and their changes; with -out,
 // the table goes between "<!-- fastpaths:begin -->" and "<!-- fastpaths:end -->":
 //
-//	go run ./cmd/benchcompare -fastpaths spare,delta,summed -rounds 3 -out ../../docs/benchmarks.md
+//	go run ./cmd/benchcompare -fastpaths spare,delta,summed,whole -rounds 3 -out ../../docs/benchmarks.md
 package main
 
 import (
@@ -53,7 +53,7 @@ func run() error {
 	bench := flag.String("bench", ".", "go test -bench pattern")
 	out := flag.String("out", "", "Markdown file whose bench-compare section receives the tables")
 	modules := flag.String("modules", ".,kubelet136", "comma-separated module directories whose benchmarks run, newest kubelet first; the first also measures kdm")
-	fastPaths := flag.String("fastpaths", "", "comma-separated fast paths to turn off one at a time, measuring kdm's rows instead of comparing (spare, delta, summed)")
+	fastPaths := flag.String("fastpaths", "", "comma-separated fast paths to turn off one at a time, measuring kdm's rows instead of comparing (spare, delta, summed, whole)")
 	flag.Parse()
 	if *roundsN < 1 {
 		return errors.New("-rounds must be at least 1")
