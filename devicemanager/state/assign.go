@@ -1,8 +1,6 @@
 package state
 
 import (
-	"sort"
-
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -66,6 +64,7 @@ func (s *State) uncommit(podUID, container string, resources []string) {
 func (s *State) reusePool(podUID string) map[string]sets.Set[string] {
 	if s.reuse[podUID] == nil {
 		s.reuse[podUID] = map[string]sets.Set[string]{}
+		s.gain(podUID)
 	}
 	out := make(map[string]sets.Set[string], len(s.reuse[podUID]))
 	for k, v := range s.reuse[podUID] {
@@ -102,36 +101,6 @@ func (s *State) containerAllocated(podUID, container string, regularInit bool) {
 		}
 	}
 	delete(s.reuse, podUID)
-}
-
-// RemoveInactive drops the assignments and reuse pools of the pods active does not name, and
-// returns the UIDs of the pods whose assignments it dropped, sorted. Its cost is that of the
-// dropped pods' devices, not of every pod.
-func (s *State) RemoveInactive(active sets.Set[string]) []string {
-	for uid := range s.reuse {
-		if !active.Has(uid) {
-			delete(s.reuse, uid)
-		}
-	}
-	var removed []string
-	for uid := range s.pods {
-		if !active.Has(uid) {
-			removed = append(removed, uid)
-		}
-	}
-	sort.Strings(removed)
-	gone := map[*checkpoint.Entry]bool{}
-	for _, uid := range removed {
-		for container, resources := range s.pods[uid] {
-			for res := range resources {
-				if e := s.drop(uid, container, res, true); e != nil {
-					gone[e] = true
-				}
-			}
-		}
-	}
-	s.order.removeAll(gone)
-	return removed
 }
 
 // IsContainerAlreadyRunning reports whether the runtime reported the container running when

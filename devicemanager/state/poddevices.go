@@ -158,6 +158,9 @@ func (s *State) record(podUID, container, res string, a *Allocation) {
 			DeviceIDs: a.Devices, AllocResp: a.raw,
 		})
 	}
+	if s.pods[podUID] == nil {
+		s.gain(podUID)
+	}
 	s.pods.set(podUID, container, res, a)
 	s.hold(res, a, 1)
 	if old != nil && len(s.contested[res]) > 0 {

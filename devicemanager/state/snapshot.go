@@ -92,6 +92,7 @@ func (s *State) Restore(data *checkpoint.Data, read []*checkpoint.Entry, now tim
 // state's own would be; kept may be nil.
 func (s *State) restoreAssignments(entries []checkpoint.PodDevicesEntry, kept []*checkpoint.Entry) (bad []checkpoint.PodDevicesEntry) {
 	s.pods, s.held, s.order = make(podDevices, len(entries)), map[string]map[string]int{}, make(entryOrder, 0, len(entries))
+	s.collectAll, s.gained = true, nil // the next collection looks at every pod, restored or not
 	for _, r := range s.resources {
 		r.free = nil
 	}

@@ -73,6 +73,11 @@ type State struct {
 	pending map[string]sets.Set[string] // devices reserved by allocations in flight
 	reuse   map[string]map[string]sets.Set[string]
 	running sets.Set[ContainerKey]
+	// gained are the pods that gained an assignment or a reuse pool since the last garbage
+	// collection; while collectAll is set (never collected, or restored since) the next
+	// collection looks at every pod instead (RemoveDeparted).
+	gained     sets.Set[string]
+	collectAll bool
 	// contested are the devices the assignments of more than one pod name (see Contest), and
 	// settled the pods whose contests ended since TakeSettled last took them.
 	contested contests
@@ -92,6 +97,9 @@ func New(opts Options) *State {
 		pending:   map[string]sets.Set[string]{},
 		reuse:     map[string]map[string]sets.Set[string]{},
 		running:   sets.New[ContainerKey](),
+		// The first collection looks at every pod: the owner's record of the active pods
+		// starts with it.
+		collectAll: true,
 	}
 }
 
