@@ -140,8 +140,8 @@ func (m *Manager) persistRemovals() {
 	}
 }
 
-// collectInactivePods drops the assignments of pods that are no longer active and reports
-// whether it dropped any.
+// collectInactivePods drops the assignments and reuse pools of the pods that are not active,
+// unless some pod source is not ready yet, and reports whether it dropped any assignment.
 func (m *Manager) collectInactivePods() bool {
 	m.mu.Lock()
 	src := m.sources
@@ -153,12 +153,12 @@ func (m *Manager) collectInactivePods() bool {
 	if src.ActivePods != nil {
 		pods = src.ActivePods()
 	}
-	active := make(sets.Set[string], len(pods))
-	for _, p := range pods {
-		active.Insert(string(p.UID))
-	}
 	m.mu.Lock()
-	removed := m.st.RemoveInactive(active)
+	// Only the pods that left since the last collection, and those the state gained since,
+	// are looked at (activePods, state.RemoveDeparted): on a node with many pods a
+	// collection costs what changed.
+	departed := m.active.update(pods)
+	removed := m.st.RemoveDeparted(m.active.has, departed)
 	m.notifySettledLocked()
 	m.mu.Unlock()
 	if len(removed) == 0 {

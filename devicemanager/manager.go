@@ -90,6 +90,9 @@ type Manager struct {
 	// restoring is set while a goroutine started by Start restores the checkpoint, holding mu
 	// (restoreConcurrently).
 	restoring atomic.Bool
+	// active are the pods the source listed at the last garbage collection (activePods).
+	// Guarded by mu.
+	active activePods
 
 	// replaced holds, per resource, the replaced instances whose streams stay open, oldest
 	// first (see connect). Guarded by mu.
