@@ -28,7 +28,9 @@ type ContainerKey = state.ContainerKey
 // Sources are what the manager learns from its embedder at Start.
 type Sources struct {
 	// ActivePods lists the pods that are neither terminated nor being removed; the pod being
-	// admitted must be among them. Nil means no pods.
+	// admitted must be among them. Nil means no pods. The listed objects are treated as
+	// immutable, as the kubelet's are: the manager remembers each object's UID from one
+	// call to the next, so an object must not be given another UID once listed.
 	ActivePods func() []*v1.Pod
 	// SourcesReady reports whether every pod source has delivered its pods at least once.
 	// Until then no allocation is garbage-collected. Nil means always ready. Like ActivePods,
