@@ -337,6 +337,15 @@ func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow fun
 			textLen := func() int { return len(r.Resource) + 1 + strListTextLen(s.t, r.IDs) }
 			if !r.sum.applied(&s, textLen) {
 				hashing(r.encoded())
+				if wide := len(r.encoded().json) >= wideSumBytes; wide && fastPath(offWhole) && r.sum.hashedBefore() {
+					add := r.sum.fillGroup(uint8(s.h), textLen, func(h *lanes8) {
+						h.write(r.Resource)
+						h.write(":")
+						h.writeList(r.IDs)
+					})
+					s.h = r.sum.mul.Load()*s.h + add
+					continue
+				}
 				h0 := s.h
 				s.str(r.Resource)
 				s.char(':')

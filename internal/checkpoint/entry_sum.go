@@ -15,9 +15,10 @@ import (
 //
 // A large piece that stays while what comes before it changes (the registered devices of a
 // large plugin, after entries that change at every admission) also gets, once it is hashed
-// after a second low byte, a table of add for every low byte it is hashed after (sumTable):
-// a write hashes its text again only after a low byte it has not been seen after, at most
-// 256 times in its life, and otherwise costs one multiply.
+// after a second low byte, a table of add for every low byte (sumTable), filled eight low
+// bytes per pass over its text (fillGroup): a write hashes its text again only after a low
+// byte whose group it has not been seen after, at most 32 times in its life, and otherwise
+// costs one multiply.
 //
 // An Entry that keeps being hashed after new states (the entries before it change: an older
 // pod left) gets, once a write can afford it (see passAllowance), its whole textSum: every
@@ -97,6 +98,42 @@ func (c *cachedSum) apply(s *hasher, textLen func() int) sumSource {
 	}
 	s.h = c.mul.Load()*s.h + add
 	return sumMemo
+}
+
+// fillGroup hashes the piece's text, which feed writes into a lanes8, after the eight low
+// bytes of l's group (l with its low three bits cleared, and the seven after it) at once, and
+// records the add of each in the piece's wide table. It returns the add after l. A large piece
+// that follows ever new states (a large plugin's registered devices after the entries, which
+// change at every admission) so fills its table in at most 32 passes, instead of one low byte
+// per pass.
+func (c *cachedSum) fillGroup(l uint8, textLen func() int, feed func(*lanes8)) uint32 {
+	mul := c.mul.Load()
+	if mul == 0 {
+		mul = pow32(fnvPrime32, textLen())
+		c.mul.Store(mul)
+	}
+	base := uint32(l &^ 7)
+	var h lanes8
+	for j := range h {
+		h[j] = base + uint32(j)
+	}
+	feed(&h)
+	t := c.wide.Load()
+	if t == nil {
+		t = new(sumTable)
+		if prev := c.last.Load(); prev&sumKnown != 0 {
+			t.set(uint8(prev>>32), uint32(prev)) // the low byte of the memo stays known
+		}
+		if !c.wide.CompareAndSwap(nil, t) {
+			t = c.wide.Load()
+		}
+	}
+	for j, hj := range h {
+		t.set(uint8(base)+uint8(j), hj-mul*(base+uint32(j)))
+	}
+	add, _ := t.get(l)
+	c.last.Store(sumKnown | uint64(l)<<32 | uint64(add))
+	return add
 }
 
 // hashedBefore reports whether the piece's part is known for some low byte: it was hashed

@@ -214,3 +214,41 @@ func checksumRun(s *hasher, entries []*Entry, i int, entry func(*Entry) bool) in
 	}
 	return end
 }
+
+// lanes8 is eight FNV-1a 32 states hashed through the same text side by side (see laneSum):
+// one pass costs about what a pass of a single state does, as the states' multiplies overlap.
+type lanes8 [8]uint32
+
+// write hashes text into the eight states.
+func (h *lanes8) write(text string) {
+	const p = fnvPrime32
+	h0, h1, h2, h3, h4, h5, h6, h7 := h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]
+	for i := 0; i < len(text); i++ {
+		x := uint32(text[i])
+		h0 = (h0 ^ x) * p
+		h1 = (h1 ^ x) * p
+		h2 = (h2 ^ x) * p
+		h3 = (h3 ^ x) * p
+		h4 = (h4 ^ x) * p
+		h5 = (h5 ^ x) * p
+		h6 = (h6 ^ x) * p
+		h7 = (h7 ^ x) * p
+	}
+	h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7] = h0, h1, h2, h3, h4, h5, h6, h7
+}
+
+// writeList hashes the STRLIST text of l ("<nil>", or "[a b c]") into the eight states.
+func (h *lanes8) writeList(l []string) {
+	if l == nil {
+		h.write(gNil)
+		return
+	}
+	h.write("[")
+	for i, x := range l {
+		if i > 0 {
+			h.write(" ")
+		}
+		h.write(x)
+	}
+	h.write("]")
+}

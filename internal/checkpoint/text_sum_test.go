@@ -163,3 +163,39 @@ func checksumChurn(t *testing.T, wholeOn bool) {
 		t.Fatalf("with the whole fast path off, %d entries have a textSum and %d runs are composed", wholes, runs)
 	}
 }
+
+// TestWideRegisteredFillsByGroups: a large registered list after entries that change at
+// every write follows a new state each time; its part of the checksum must stay exact while
+// its table fills eight low bytes per pass, and the table must end full well within 256
+// passes.
+func TestWideRegisteredFillsByGroups(t *testing.T) {
+	ids := make([]string, 2000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("GPU-%08x-4b1e-9d7a-%012d", i, i)
+	}
+	reg := []*Registered{NewRegistered("example.com/big", ids)}
+	if len(reg[0].encoded().json) < wideSumBytes {
+		t.Fatalf("the list's JSON is %d bytes, under wideSumBytes", len(reg[0].encoded().json))
+	}
+	d := benchData(t, 400)
+	for w := 0; w < 400; w++ {
+		e := NewEntry(d.PodDeviceEntries[w])
+		p := &Prepared{Entries: []*Entry{e}, Registered: reg}
+		if got, want := checksumPrepared(p.Entries, false, reg, nil), Checksum(p.Data()); got != want {
+			t.Fatalf("write %d: checksum %d, want %d", w, got, want)
+		}
+	}
+	tab := reg[0].sum.wide.Load()
+	if tab == nil {
+		t.Fatal("the large list got no table")
+	}
+	known := 0
+	for l := range 256 {
+		if _, ok := tab.get(uint8(l)); ok {
+			known++
+		}
+	}
+	if known != 256 {
+		t.Fatalf("after 400 writes after new states the table knows %d low bytes, want 256", known)
+	}
+}
