@@ -181,3 +181,15 @@ func TestWithSection(t *testing.T) {
 		t.Error("withSection accepted a document without markers")
 	}
 }
+
+func TestSplitBench(t *testing.T) {
+	for _, c := range []struct{ in, first, rest string }{
+		{".", ".", ""},
+		{"Allocate/pods=0", "Allocate", "/pods=0"},
+		{"^BenchmarkRestart$/./^kdm", "^BenchmarkRestart$", "/./^kdm"},
+	} {
+		if first, rest := splitBench(c.in); first != c.first || rest != c.rest {
+			t.Errorf("splitBench(%q) = %q, %q; want %q, %q", c.in, first, rest, c.first, c.rest)
+		}
+	}
+}
