@@ -118,29 +118,20 @@ func lanesFor(text []byte) int {
 }
 
 // laneSum hashes text from the states 0 to lanes-1 (a multiple of 8) and returns the terms.
-// Eight states go through the text together, each on its own chain, so the multiplies
-// overlap instead of waiting for one another.
+// Eight states go through the text together (lanes8), each on its own chain, so the
+// multiplies overlap instead of waiting for one another.
 func laneSum(text []byte, lanes int) *textSum {
 	mul := pow32(fnvPrime32, len(text))
 	add := make([]uint32, lanes)
-	const p = fnvPrime32
 	for g := 0; g < lanes; g += 8 {
-		l := uint32(g)
-		h0, h1, h2, h3, h4, h5, h6, h7 := l, l+1, l+2, l+3, l+4, l+5, l+6, l+7
-		for _, c := range text {
-			x := uint32(c)
-			h0 = (h0 ^ x) * p
-			h1 = (h1 ^ x) * p
-			h2 = (h2 ^ x) * p
-			h3 = (h3 ^ x) * p
-			h4 = (h4 ^ x) * p
-			h5 = (h5 ^ x) * p
-			h6 = (h6 ^ x) * p
-			h7 = (h7 ^ x) * p
+		var h lanes8
+		for j := range h {
+			h[j] = uint32(g + j)
 		}
-		a := add[g : g+8 : g+8]
-		a[0], a[1], a[2], a[3] = h0-mul*l, h1-mul*(l+1), h2-mul*(l+2), h3-mul*(l+3)
-		a[4], a[5], a[6], a[7] = h4-mul*(l+4), h5-mul*(l+5), h6-mul*(l+6), h7-mul*(l+7)
+		lanesWrite(&h, text)
+		for j, hj := range h {
+			add[g+j] = hj - mul*uint32(g+j)
+		}
 	}
 	return &textSum{mul: mul, add: add}
 }
@@ -220,7 +211,10 @@ func checksumRun(s *hasher, entries []*Entry, i int, entry func(*Entry) bool) in
 type lanes8 [8]uint32
 
 // write hashes text into the eight states.
-func (h *lanes8) write(text string) {
+func (h *lanes8) write(text string) { lanesWrite(h, text) }
+
+// lanesWrite hashes text into the eight states of h, kept in registers through the text.
+func lanesWrite[T string | []byte](h *lanes8, text T) {
 	const p = fnvPrime32
 	h0, h1, h2, h3, h4, h5, h6, h7 := h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]
 	for i := 0; i < len(text); i++ {
