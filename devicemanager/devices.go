@@ -1,6 +1,7 @@
 package devicemanager
 
 import (
+	"runtime"
 	"slices"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -56,13 +57,17 @@ func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs [
 }
 
 // notify sends one Update without blocking; it is dropped, with an error log, when the
-// channel is full.
+// channel is full. After a send it yields the processor: the reader it woke is queued to run
+// next on this one, and the caller goes on to write the checkpoint, which can keep the
+// processor busy for a millisecond while another one may take long to wake up. Yielding
+// lets the reader see the update first.
 func (m *Manager) notify(resource string, uids []string) {
 	if len(uids) == 0 {
 		return
 	}
 	select {
 	case m.updates <- Update{PodUIDs: uids}:
+		runtime.Gosched()
 	default:
 		m.log.Error(nil, "Dropped device health update: channel full", "resourceName", resource, "podUIDs", uids)
 	}
