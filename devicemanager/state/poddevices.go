@@ -247,7 +247,7 @@ func (s *State) PodsHolding(res string, ids []string) []string {
 	if len(held) == 0 {
 		return nil // a plugin's first list after a start: no need to look at its devices
 	}
-	want := sets.New[string]()
+	want := make(sets.Set[string], min(len(ids), len(held)))
 	for _, id := range ids {
 		if held[id] > 0 {
 			want.Insert(id)
@@ -256,23 +256,39 @@ func (s *State) PodsHolding(res string, ids []string) []string {
 	if want.Len() == 0 {
 		return nil // no pod holds any of them: no need to look at the pods
 	}
+	// When every held device is wanted (a plugin's first list after a restart names them
+	// all), each pod holding one of the resource's devices qualifies without a lookup.
+	every := want.Len() == len(held)
 	var uids []string
-	for _, podUID := range SortedKeys(s.pods) {
-	containers:
-		for _, resources := range s.pods[podUID] {
-			if a := resources[res]; a != nil {
-				for _, list := range a.Devices {
-					for _, id := range list {
-						if want.Has(id) {
-							uids = append(uids, podUID)
-							break containers
-						}
-					}
+	for podUID, containers := range s.pods {
+		if holdsAny(containers, res, want, every) {
+			uids = append(uids, podUID)
+		}
+	}
+	sort.Strings(uids)
+	return uids
+}
+
+// holdsAny reports whether one of the containers holds one of the resource's devices in
+// want, or, with every set, any device of the resource.
+func holdsAny(containers map[string]map[string]*Allocation, res string, want sets.Set[string], every bool) bool {
+	for _, resources := range containers {
+		a := resources[res]
+		if a == nil {
+			continue
+		}
+		for _, list := range a.Devices {
+			if every && len(list) > 0 {
+				return true
+			}
+			for _, id := range list {
+				if want.Has(id) {
+					return true
 				}
 			}
 		}
 	}
-	return uids
+	return false
 }
 
 // SortedKeys returns the keys of m in ascending order.
