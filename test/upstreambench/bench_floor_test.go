@@ -24,20 +24,23 @@ import (
 // below for each benchmark: the transport and the disk work its op cannot avoid, and nothing
 // else. cmd/benchcompare prints every kdm row as a multiple of its floor.
 //
-//   - rpc: one empty unary gRPC round trip over a unix socket (every Allocate makes one).
+//   - rpc: one empty unary gRPC round trip over a unix socket.
+//   - allocate: the round trip every Allocate op makes: the plugin stub's Allocate of one
+//     device, with the response the managers receive (see allocateRPC).
 //   - rpc+newfile: rpc and a 64-byte durable replacement through a new file (write, fsync,
 //     rename, directory fsync), the way the kubelet writes plus the directory fsync; kept for
 //     comparison with earlier tables.
-//   - rpc+overwrite,pods=K: rpc and the durable replacement of a file as large as the
+//   - rpc+overwrite,pods=K: allocate and the durable replacement of a file as large as the
 //     checkpoint of Allocate/pods=K (K+1 pods of one device), the cheapest way there is:
 //     overwrite a preallocated file of that size, fdatasync it, exchange its name with the
 //     checkpoint's (renameat2 RENAME_EXCHANGE, as kdm's store does) and fsync the directory.
+//     The file is in the directory the stub serves and watches, as a manager's checkpoint is.
 //   - checksum+overwrite,devices=N: the kubelet's checksum of the checkpoint of
 //     ListAndWatchUpdate/devices=N (one pod, N registered devices; computed by kdm's emitter,
 //     the fastest there is) and its durable replacement as above. Under the kubelet's policy
 //     every device-list update rehashes and writes the registered devices.
 //   - rpc+checksum+overwrite,beside=N: the same for AllocateBeside/devices=N's checkpoint,
-//     with the Allocate RPC.
+//     with allocate, in the stub's directory.
 //   - listandwatch,devices=N: the transport of ListAndWatchUpdate/devices=N: the same plugin
 //     (in a process of its own from KubeletMaxDevices up, as there) sends the same lists to a
 //     receiver that only decodes them; the op ends at the receiver's signal.
@@ -53,6 +56,12 @@ func BenchmarkFloor(b *testing.B) {
 			c()
 		}
 	})
+	b.Run("allocate", func(b *testing.B) {
+		c := allocateRPC(b, suite.ShortDir(b))
+		for b.Loop() {
+			c()
+		}
+	})
 	b.Run("rpc+newfile", func(b *testing.B) {
 		c, w := emptyRPC(b), newFileWrite(b, make([]byte, 64))
 		for b.Loop() {
@@ -64,7 +73,8 @@ func BenchmarkFloor(b *testing.B) {
 		b.Run(fmt.Sprintf("rpc+overwrite,pods=%d", k), func(b *testing.B) {
 			d := kdmData(suite.CheckpointData(b, k+1, 1, k+1, false))
 			enc := encode(b, d)
-			c, w := emptyRPC(b), overwrite(b, enc)
+			dir := suite.ShortDir(b)
+			c, w := allocateRPC(b, dir), overwrite(b, dir, enc)
 			for b.Loop() {
 				c()
 				w()
@@ -76,7 +86,7 @@ func BenchmarkFloor(b *testing.B) {
 		b.Run(fmt.Sprintf("checksum+overwrite,devices=%d", n), func(b *testing.B) {
 			d := kdmData(suite.CheckpointData(b, 1, 1, n, false))
 			enc := encode(b, d)
-			w := overwrite(b, enc)
+			w := overwrite(b, suite.ShortDir(b), enc)
 			for b.Loop() {
 				checkpoint.Checksum(d)
 				w()
@@ -89,7 +99,8 @@ func BenchmarkFloor(b *testing.B) {
 			d := kdmData(suite.CheckpointData(b, 1, 1, 1, false))
 			d.RegisteredDevices[suite.LargeResource] = kdmData(suite.CheckpointData(b, 0, 0, n, false)).RegisteredDevices[suite.ResourceName]
 			enc := encode(b, d)
-			c, w := emptyRPC(b), overwrite(b, enc)
+			dir := suite.ShortDir(b)
+			c, w := allocateRPC(b, dir), overwrite(b, dir, enc)
 			for b.Loop() {
 				c()
 				checkpoint.Checksum(d)
@@ -163,7 +174,7 @@ func BenchmarkFloor(b *testing.B) {
 	b.Run("checksum+overwrite,"+suite.CheckpointCase, func(b *testing.B) {
 		d := kdmData(suite.CheckpointBenchData(b))
 		enc := encode(b, d)
-		w := overwrite(b, enc)
+		w := overwrite(b, suite.ShortDir(b), enc)
 		for b.Loop() {
 			checkpoint.Checksum(d)
 			w()
@@ -215,6 +226,32 @@ func emptyRPC(b *testing.B) func() {
 	client := pluginapi.NewDevicePluginClient(conn)
 	call := func() {
 		if _, err := client.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	call() // connect outside the timed loop
+	return call
+}
+
+// allocateRPC returns a function making the call every Allocate op makes: the plugin stub's
+// Allocate of one device, answered as in the managers' benchmarks, and decoded with gRPC's
+// standard codec. The stub serves dir and registers with a receiver there, as in the
+// benchmarks; it watches dir, so every file later written there wakes it, as it does when a
+// manager writes its checkpoint.
+func allocateRPC(b *testing.B, dir string) func() {
+	b.Helper()
+	r := startReceiver(b, dir)
+	suite.StartPlugin(b, dir, suite.DeviceList(1))
+	r.wait(b, 1)
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, suite.PluginSocketName), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	client := pluginapi.NewDevicePluginClient(conn)
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{suite.DeviceID(0)}}}}
+	call := func() {
+		if _, err := client.Allocate(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -331,13 +368,12 @@ func newFileWrite(b *testing.B, data []byte) func() {
 	}
 }
 
-// overwrite returns a function durably replacing a file with data with the least work there
-// is: two files of data's size are written and synced beforehand; each call overwrites the
-// one not at the file's name from its start, fdatasyncs it, exchanges the two names
+// overwrite returns a function durably replacing a file in dir with data with the least work
+// there is: two files of data's size are written and synced beforehand; each call overwrites
+// the one not at the file's name from its start, fdatasyncs it, exchanges the two names
 // (renameat2 RENAME_EXCHANGE) and fsyncs the directory. Both stay open.
-func overwrite(b *testing.B, data []byte) func() {
+func overwrite(b *testing.B, dir string, data []byte) func() {
 	b.Helper()
-	dir := suite.ShortDir(b)
 	path, spare := filepath.Join(dir, "floor"), filepath.Join(dir, ".floor.spare")
 	var files [2]*os.File
 	for i, p := range []string{path, spare} {

@@ -196,11 +196,15 @@ type Plugin struct {
 	dir string
 }
 
-// StartPlugin starts the stub with devs and registers it with the manager serving
-// dir/kubelet.sock; tb's cleanup stops it.
+// PluginSocketName is the plugin stub's socket in the plugin directory (see StartPlugin).
+const PluginSocketName = "gpu.sock"
+
+// StartPlugin starts the stub with devs on dir/PluginSocketName and registers it with the
+// manager serving dir/kubelet.sock; tb's cleanup stops it. Like the kubelet's device plugins,
+// the stub watches dir (for a new kubelet.sock), so every file written there wakes it.
 func StartPlugin(tb testing.TB, dir string, devs []*pluginapi.Device) *Plugin {
 	tb.Helper()
-	s := stub.NewDevicePluginStub(logr.Discard(), devs, filepath.Join(dir, "gpu.sock"), ResourceName, false, false)
+	s := stub.NewDevicePluginStub(logr.Discard(), devs, filepath.Join(dir, PluginSocketName), ResourceName, false, false)
 	s.SetAllocFunc(allocate)
 	if err := s.Start(context.Background()); err != nil {
 		tb.Fatalf("starting the plugin stub: %v", err)
