@@ -42,6 +42,9 @@ var exchangeFiles = func(a, b string) error {
 // the end of a file more often than anywhere else, so a write usually rewrites the last
 // entries, the registered devices and the checksum, not the whole file.
 //
+// A successful write keeps the file it filled open (see Store.held), so that the write after
+// next, which finds it at the spare's name, need not open it again.
+//
 // Callers hold mu.
 func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept int64, done bool, err error) {
 	if s.noExchange || !s.spareSafe || !fastPath(offSpare) {
@@ -51,34 +54,34 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept i
 	if unix.Lstat(s.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return 0, 0, false, nil
 	}
-	f := s.openSpare()
-	if f == nil {
+	f, st, ok := s.takeSpare()
+	if !ok {
 		return 0, 0, false, nil
 	}
-	defer func() { _ = f.Close() }() // releases the lock, after the exchange
+	keep := false
+	defer func() {
+		if !keep {
+			_ = f.Close() // releases the lock, after the exchange
+		}
+		if err != nil {
+			s.dropHeld() // where the files are after a failure is not worth tracking
+		}
+	}()
 	prev, replaced := s.spareHolds, s.checkpointHolds
 	s.checkpointHolds, s.spareHolds = nil, nil // known again only once this write succeeds
 	// The spare's size tells whether the new file ends before the old one does, the only case
-	// that needs a truncation (-1: unknown, truncate).
-	spareSize := int64(-1)
-	if unix.Fstat(int(f.Fd()), &st) == nil {
-		spareSize = st.Size
-		if prev != nil && fastPath(offDelta) && idOf(&st, true) == prev.id {
-			kept = sharedPrefix(prev.entries, entries)
-		}
+	// that needs a truncation.
+	spareSize := st.Size
+	if prev != nil && fastPath(offDelta) && idOf(&st, true) == prev.id {
+		kept = sharedPrefix(prev.entries, entries)
 	}
-	if kept > 0 {
-		if _, err := f.Seek(kept, io.SeekStart); err != nil {
-			kept = 0
-		}
-	}
-	cw := &countingWriter{w: f, f: f, base: kept}
+	cw := &countingWriter{w: io.NewOffsetWriter(f, kept), f: f, base: kept}
 	if err := write(cw, kept); err != nil {
 		s.dropSpare()
 		return 0, 0, true, fmt.Errorf("write temporary file: %w", err)
 	}
 	size = kept + cw.n
-	if size < spareSize || spareSize < 0 {
+	if size < spareSize {
 		if err := f.Truncate(size); err != nil {
 			s.dropSpare()
 			return 0, 0, true, fmt.Errorf("truncate temporary file: %w", err)
@@ -92,6 +95,7 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept i
 	if entries != nil && unix.Fstat(int(f.Fd()), &st) == nil {
 		written = &fileContent{entries: slices.Clone(entries), id: idOf(&st, false)}
 	}
+	exchanged := true
 	if err := exchangeFiles(s.spare, s.path); err != nil {
 		unsupported := errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)
 		if !unsupported && !errors.Is(err, fs.ErrNotExist) {
@@ -107,24 +111,51 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept i
 			s.dropSpare()
 			return 0, 0, true, fmt.Errorf("rename temporary file: %w", err)
 		}
-		replaced = nil // it is gone, and nothing is at the spare's name
+		replaced, exchanged = nil, false // it is gone, and nothing is at the spare's name
 	}
 	if err := syncDir(s.dir); err != nil {
 		s.spareSafe = false // the exchange may not be on disk: the spare may still be the checkpoint there
 		return 0, 0, true, err
 	}
 	s.checkpointHolds = written
-	s.spareHolds = s.movedToSpare(replaced)
+	var moved *os.File
+	if exchanged {
+		moved = s.held // the previous write's file, which the exchange moved to the spare's name
+	}
+	s.spareHolds = movedToSpare(replaced, moved)
+	keep = s.holdFiles(f, moved)
 	return size, kept, true, nil
 }
 
+// holdFiles keeps f, the file a write just filled and made the checkpoint, open and unlocked
+// as the held file, and moved, the file held before it, which the write's exchange moved to
+// the spare's name (nil if none), as the spare's. Once the Store is closed it keeps none of
+// them. It reports whether it kept f; the caller closes f otherwise. Callers hold mu.
+func (s *Store) holdFiles(f, moved *os.File) bool {
+	if s.held != nil && s.held != moved {
+		_ = s.held.Close()
+	}
+	s.held = nil
+	if s.heldSpare != nil {
+		_ = s.heldSpare.Close()
+	}
+	s.heldSpare = moved
+	if s.closed || unix.Flock(int(f.Fd()), unix.LOCK_UN) != nil {
+		s.dropHeld()
+		return false
+	}
+	s.held = f
+	return true
+}
+
 // movedToSpare returns what the spare holds after an exchange moved the file of the previous
-// write there, if the file at the spare's name is still that file as that write left it:
-// same inode, size and modification time. Its change time, which the exchange itself set, is
-// then part of its identity. It returns nil for anything else.
-func (s *Store) movedToSpare(replaced *fileContent) *fileContent {
+// write there, if moved, the Store's open file of that write, is still that file as the write
+// left it: same inode, size and modification time. Its change time, which the exchange itself
+// set, is then part of its identity. Whether it is still at the spare's name is checked when
+// it is next filled (takeSpare). It returns nil for anything else.
+func movedToSpare(replaced *fileContent, moved *os.File) *fileContent {
 	var st unix.Stat_t
-	if replaced == nil || unix.Lstat(s.spare, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st, false) != replaced.id {
+	if replaced == nil || moved == nil || unix.Fstat(int(moved.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st, false) != replaced.id {
 		return nil
 	}
 	return &fileContent{entries: replaced.entries, id: idOf(&st, true)}
@@ -139,45 +170,66 @@ func idOf(st *unix.Stat_t, withCtime bool) fileID {
 	return id
 }
 
+// takeSpare returns the spare, open for writing and locked exclusively, with its stat (see
+// lockSpare): the file held for it (Store.heldSpare) if that is still the spare, openSpare's
+// otherwise. ok is false when there is none to use.
+func (s *Store) takeSpare() (f *os.File, st unix.Stat_t, ok bool) {
+	if f, s.heldSpare = s.heldSpare, nil; f != nil {
+		if st, ok = s.lockSpare(int(f.Fd())); ok && st.Mode&0o7777 == 0o600 {
+			return f, st, true
+		}
+		_ = f.Close() // and with it the lock, if it was taken
+	}
+	return s.openSpare()
+}
+
+// lockSpare locks fd exclusively, without waiting, and reports whether it is the spare this
+// Store may fill: a regular file of this process's user, with no other name, and still the
+// file at the spare's name. st is fd's stat.
+func (s *Store) lockSpare(fd int) (st unix.Stat_t, ok bool) {
+	var cur unix.Stat_t
+	ok = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil &&
+		unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 &&
+		int(st.Uid) == s.euid &&
+		unix.Lstat(s.spare, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino
+	return st, ok
+}
+
 // openSpare opens the spare for overwriting, creating it if it is missing, and locks it
-// exclusively. It returns nil when the spare must not be used: it is not a regular file, has
+// exclusively. ok is false when the spare must not be used: it is not a regular file, has
 // another name too, is not ours, another writer holds it, or it is no longer the file at the
 // spare's name (a concurrent writer exchanged it). A spare of ours with another mode than 0600
 // (a kubelet's checkpoint, 0644, that an exchange moved there) is removed and made anew: a
 // process that opened it while it was readable must not read later checkpoints through it.
-func (s *Store) openSpare() *os.File {
+func (s *Store) openSpare() (f *os.File, st unix.Stat_t, ok bool) {
 	for range 2 {
 		fd, err := unix.Open(s.spare, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if errors.Is(err, unix.ENOENT) {
 			fd, err = unix.Open(s.spare, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		}
 		if err != nil {
-			return nil
+			return nil, st, false
 		}
-		var st, cur unix.Stat_t
-		ours := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil &&
-			unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 &&
-			int(st.Uid) == os.Geteuid() &&
-			unix.Lstat(s.spare, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino
+		st, ours := s.lockSpare(fd)
 		switch {
 		case !ours:
 			_ = unix.Close(fd)
-			return nil
+			return nil, st, false
 		case st.Mode&0o7777 != 0o600:
 			err := unix.Unlink(s.spare) // still the file we hold: the lock keeps other Stores off
 			_ = unix.Close(fd)
 			if err != nil {
-				return nil
+				return nil, st, false
 			}
 			continue
 		}
 		if err := unix.SetNonblock(fd, false); err != nil {
 			_ = unix.Close(fd)
-			return nil
+			return nil, st, false
 		}
-		return os.NewFile(uintptr(fd), s.spare)
+		return os.NewFile(uintptr(fd), s.spare), st, true
 	}
-	return nil
+	return nil, unix.Stat_t{}, false
 }
 
 // dropSpare removes the spare after a failed write: what it holds is incomplete.

@@ -77,6 +77,13 @@ type Store struct {
 	// write through the spare leaves in place what the spare already holds of the new file
 	// (see replaceViaSpare). Guarded by mu.
 	checkpointHolds, spareHolds *fileContent
+	// held is the file the last write through the spare filled, which that write made the
+	// checkpoint: still open for writing, unlocked. The next write's exchange moves it to the
+	// spare's name, where it becomes heldSpare, which the write after fills again without
+	// opening it (see takeSpare). nil when there is none, and after Close. Guarded by mu.
+	held, heldSpare *os.File
+	// euid is the process's effective user ID, the owner a spare must have.
+	euid int
 
 	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
 	releases sync.WaitGroup
@@ -110,6 +117,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		clock:      cfg.Clock,
 		lastSize:   -1,
 		spareSafe:  true,
+		euid:       os.Geteuid(),
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
@@ -297,6 +305,7 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 		}
 	}
 	s.checkpointHolds, s.spareHolds = nil, nil
+	s.dropHeld() // before the rename: the last reference to a large file is released below
 	var replaced *heldFile
 	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
 		replaced = holdFile(s.path)
@@ -314,15 +323,27 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 	return replacement{dirSync: dirSync}, nil
 }
 
-// Close waits until the files that writes replaced are released (see asyncReleaseSize). The
-// Store stays usable; later writes release what they replace before returning. The device
+// Close waits until the files that writes replaced are released (see asyncReleaseSize), and
+// closes the files it holds for later writes (see Store.held). The Store stays usable; later
+// writes release what they replace before returning, and hold no file. The device
 // manager calls it when it stops, so that no goroutine of its store outlives it.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.dropHeld()
 	s.mu.Unlock()
 	s.releases.Wait()
 	return nil
+}
+
+// dropHeld closes the files the Store holds for later writes. Callers hold mu.
+func (s *Store) dropHeld() {
+	for _, f := range []*os.File{s.held, s.heldSpare} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+	s.held, s.heldSpare = nil, nil
 }
 
 // releaseReplaced drops the reference holdFile took: on a goroutine for a file of
@@ -520,6 +541,7 @@ func (s *Store) Remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checkpointHolds, s.spareHolds = nil, nil
+	s.dropHeld()
 	spareErr := os.Remove(s.spare)
 	err := os.Remove(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
