@@ -114,7 +114,9 @@ package checkpoint
 // blocks and swapping two names costs the disk a half to two thirds of what
 // a new file costs, and nothing is freed. The directory sync follows every
 // such write, because the next one overwrites the spare, which must by then
-// not be the checkpoint on disk. As the spare holds the file of two writes
+// not be the checkpoint on disk; for a write that asked for none
+// (WritePreparedNoDirSync) it runs on a goroutine, and the next write waits
+// for it before anything else. As the spare holds the file of two writes
 // before, a WritePrepared whose first entries are the same Entries as that
 // file's leaves those bytes in place and writes (and syncs) only the rest,
 // if the spare is still the file the Store wrote: same inode, size,

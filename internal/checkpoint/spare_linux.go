@@ -30,7 +30,9 @@ var exchangeFiles = func(a, b string) error {
 //   - the spare is synced before the exchange, so the name that becomes the checkpoint's
 //     always holds a whole file;
 //   - the directory is synced after every exchange, whatever the caller asked for: the next
-//     write overwrites the spare, which until that sync might still be the checkpoint on disk;
+//     write overwrites the spare, which until that sync might still be the checkpoint on disk
+//     (when the caller did not ask for it, the sync runs on a goroutine, and the next write
+//     waits for it before anything else, see syncDirLater);
 //   - the spare is overwritten only under an exclusive flock, and only while it is still the
 //     file at the spare's name, so two writers never fill the same file, and a reader holding
 //     a shared lock (Read) never sees the file change under it.
@@ -46,7 +48,7 @@ var exchangeFiles = func(a, b string) error {
 // next, which finds it at the spare's name, need not open it again.
 //
 // Callers hold mu.
-func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept int64, done bool, err error) {
+func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, dirSync bool) (size, kept int64, done bool, err error) {
 	if s.noExchange || !s.spareSafe || !fastPath(offSpare) {
 		return 0, 0, false, nil
 	}
@@ -113,7 +115,9 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry) (size, kept i
 		}
 		replaced, exchanged = nil, false // it is gone, and nothing is at the spare's name
 	}
-	if err := syncDir(s.dir); err != nil {
+	if !dirSync {
+		s.syncDirLater() // the next write waits for it before it overwrites the spare
+	} else if err := syncDir(s.dir); err != nil {
 		s.spareSafe = false // the exchange may not be on disk: the spare may still be the checkpoint there
 		return 0, 0, true, err
 	}

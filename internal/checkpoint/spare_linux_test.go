@@ -85,9 +85,9 @@ func countExchanges(t *testing.T, fail error) *atomic.Int32 {
 // checkpoint and the spare holding the one before it, and each such write syncs the
 // directory even when the caller did not ask for it.
 func TestWriteThroughSpare(t *testing.T) {
-	var syncs int
+	var syncs atomic.Int32
 	orig := syncDir
-	syncDir = func(dir string) error { syncs++; return orig(dir) }
+	syncDir = func(dir string) error { syncs.Add(1); return orig(dir) }
 	t.Cleanup(func() { syncDir = orig })
 	exchanges := countExchanges(t, nil)
 
@@ -102,12 +102,13 @@ func TestWriteThroughSpare(t *testing.T) {
 	}
 	inodes := map[uint64]bool{}
 	for gen := 2; gen <= 6; gen++ {
-		syncs = 0
+		syncs.Store(0)
 		if err := s.WritePreparedNoDirSync(preparedGeneration(gen, 100*gen)); err != nil {
 			t.Fatal(err)
 		}
-		if syncs != 1 {
-			t.Errorf("write %d through the spare synced the directory %d times, want 1", gen, syncs)
+		awaitDirSync(s) // as the next write does
+		if n := syncs.Load(); n != 1 {
+			t.Errorf("write %d through the spare synced the directory %d times, want 1", gen, n)
 		}
 		wantGeneration(t, s.Path(), gen)
 		old, err := os.ReadFile(spare)
@@ -127,6 +128,88 @@ func TestWriteThroughSpare(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("Remove left %v", entries)
+	}
+}
+
+// awaitDirSync waits, as every write does first, for a directory sync a write left running.
+func awaitDirSync(s *Store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.awaitDirSync()
+}
+
+// TestDirSyncLeftToAGoroutine: a write through the spare that did not ask for a directory
+// sync returns before the sync is done, and the next write, whichever kind, waits for it
+// before it touches the spare, which until then may still be the checkpoint on disk; Close
+// waits for it too. When that sync fails, the next write does not use the spare.
+func TestDirSyncLeftToAGoroutine(t *testing.T) {
+	for _, next := range []string{"WritePrepared", "WritePreparedNoDirSync", "Write", "Close"} {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s,fail=%t", next, fail), func(t *testing.T) {
+				release, syncing := make(chan struct{}), make(chan struct{}, 1)
+				var block atomic.Bool
+				orig := syncDir
+				syncDir = func(dir string) error {
+					if block.Load() {
+						syncing <- struct{}{}
+						<-release
+						if fail {
+							return errors.New("injected directory sync failure")
+						}
+					}
+					return orig(dir)
+				}
+				t.Cleanup(func() { syncDir = orig })
+				exchanges := countExchanges(t, nil)
+				dir := t.TempDir()
+				s := newTestStore(t, StoreConfig{Dir: dir})
+				for gen := 1; gen <= 3; gen++ {
+					must(t, s.WritePrepared(preparedGeneration(gen, 100)))
+				}
+				spare := filepath.Join(dir, SpareFileName)
+				block.Store(true)
+				must(t, s.WritePreparedNoDirSync(preparedGeneration(4, 100))) // returns with the sync blocked
+				<-syncing
+				block.Store(false)
+				before, err := os.ReadFile(spare)
+				must(t, err)
+				exchanges.Store(0)
+				done := make(chan error, 1)
+				go func() {
+					switch next {
+					case "WritePrepared":
+						done <- s.WritePrepared(preparedGeneration(5, 100))
+					case "WritePreparedNoDirSync":
+						done <- s.WritePreparedNoDirSync(preparedGeneration(5, 100))
+					case "Write":
+						done <- s.Write(generation(5, 100))
+					case "Close":
+						done <- s.Close()
+					}
+				}()
+				select {
+				case err := <-done:
+					t.Fatalf("%s returned (%v) while the directory sync still ran", next, err)
+				case <-time.After(50 * time.Millisecond):
+				}
+				if now, err := os.ReadFile(spare); err != nil || !bytes.Equal(now, before) {
+					t.Fatalf("the spare changed before the directory sync was done (%v)", err)
+				}
+				close(release)
+				must(t, <-done)
+				if next == "Close" {
+					return
+				}
+				wantGeneration(t, s.Path(), 5)
+				if want := int32(1); fail {
+					if exchanges.Load() != 0 {
+						t.Errorf("after a failed directory sync the next write exchanged names %d times, want 0", exchanges.Load())
+					}
+				} else if exchanges.Load() != want {
+					t.Errorf("the next write exchanged names %d times, want %d", exchanges.Load(), want)
+				}
+			})
+		}
 	}
 }
 

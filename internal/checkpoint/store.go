@@ -84,6 +84,13 @@ type Store struct {
 	held, heldSpare *os.File
 	// euid is the process's effective user ID, the owner a spare must have.
 	euid int
+	// dirSyncing, when set, is closed once the directory sync that a write through the spare
+	// left to a goroutine (a write that did not ask for one, see WritePreparedNoDirSync) is
+	// done, and dirSyncErr is then that sync's error. Every write waits for it first (see
+	// awaitDirSync). Guarded by mu; dirSyncErr is written by the goroutine before it closes
+	// dirSyncing, and read after.
+	dirSyncing chan struct{}
+	dirSyncErr error
 
 	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
 	releases sync.WaitGroup
@@ -207,9 +214,11 @@ func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, tru
 // ever (written, fsynced and renamed, so a crash never leaves a partial
 // file), but until the directory is next synced, by any later Write or
 // WritePrepared, a crash may bring back the checkpoint this one replaced.
-// A write that reuses the spare (see Write) syncs the directory all the same:
-// the next write overwrites the spare, which must by then not be the
-// checkpoint on disk. It is still the cheaper write.
+// A write that reuses the spare (see Write) has the directory synced all the
+// same, since the next write overwrites the spare, which must by then not be
+// the checkpoint on disk, but on a goroutine, without waiting for it: the next
+// write, of any kind, waits for that sync before it starts. It is still the
+// cheaper write.
 func (s *Store) WritePreparedNoDirSync(p *Prepared) error { return s.writePrepared(p, false) }
 
 func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
@@ -282,26 +291,30 @@ type writeFunc func(w io.Writer, skip int64) error
 
 // replacement says how a write replaced the checkpoint.
 type replacement struct {
-	viaSpare bool  // through the spare (replaceViaSpare), not a new temporary file
-	dirSync  bool  // the directory was synced after it
-	kept     int64 // bytes of the spare left as they were, not written again
+	viaSpare bool // through the spare (replaceViaSpare), not a new temporary file
+	dirSync  bool // the directory was synced after it
+	// dirSyncLater: the directory is being synced after it, on a goroutine (see syncDirLater)
+	dirSyncLater bool
+	kept         int64 // bytes of the spare left as they were, not written again
 }
 
 // replaceLocked replaces the checkpoint with what write writes, through the spare when it can
 // (replaceViaSpare) and plain writes are not asked for, and a new temporary file otherwise,
-// and fsyncs the directory when dirSync is set (a write through the spare always does).
+// and fsyncs the directory when dirSync is set (a write through the spare always does, on a
+// goroutine when dirSync is not set). It first waits for a directory sync still running.
 // entries are the new file's entries when it is a Prepared file, nil otherwise. Callers hold
 // mu.
 func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (replacement, error) {
+	s.awaitDirSync()
 	if !s.plain {
-		size, kept, done, err := s.replaceViaSpare(write, entries)
+		size, kept, done, err := s.replaceViaSpare(write, entries, dirSync)
 		if done {
 			s.lastSize = size
 			if err != nil {
 				s.lastSize = -1
 				return replacement{}, &FileError{Path: s.path, Err: err}
 			}
-			return replacement{viaSpare: true, dirSync: true, kept: kept}, nil
+			return replacement{viaSpare: true, dirSync: dirSync, dirSyncLater: !dirSync, kept: kept}, nil
 		}
 	}
 	s.checkpointHolds, s.spareHolds = nil, nil
@@ -329,11 +342,46 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 // manager calls it when it stops, so that no goroutine of its store outlives it.
 func (s *Store) Close() error {
 	s.mu.Lock()
+	s.awaitDirSync()
 	s.closed = true
 	s.dropHeld()
 	s.mu.Unlock()
 	s.releases.Wait()
 	return nil
+}
+
+// syncDirLater syncs the directory on a goroutine (inline once the Store is closed), for
+// awaitDirSync to wait for. Callers hold mu.
+func (s *Store) syncDirLater() {
+	done := make(chan struct{})
+	s.dirSyncing = done
+	if s.closed {
+		s.dirSyncErr = syncDir(s.dir)
+		close(done)
+		return
+	}
+	s.releases.Add(1)
+	go func() {
+		defer s.releases.Done()
+		s.dirSyncErr = syncDir(s.dir)
+		close(done)
+	}()
+}
+
+// awaitDirSync waits for the directory sync syncDirLater started, if any. When it failed, the
+// exchange before it may not be on disk, so the spare may still be the checkpoint there: the
+// spare is not used again until a write's own directory sync succeeds. Callers hold mu.
+func (s *Store) awaitDirSync() {
+	if s.dirSyncing == nil {
+		return
+	}
+	<-s.dirSyncing
+	s.dirSyncing = nil
+	if err := s.dirSyncErr; err != nil {
+		s.dirSyncErr = nil
+		s.spareSafe = false
+		s.logger.Error(err, "Directory sync after a checkpoint write failed; the next writes use new files", "path", s.path)
+	}
 }
 
 // dropHeld closes the files the Store holds for later writes. Callers hold mu.
@@ -365,7 +413,7 @@ func (s *Store) releaseReplaced(h *heldFile) {
 
 func (s *Store) logWrite(bytes, entries int, how replacement) {
 	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries,
-		"dirSynced", how.dirSync, "viaSpare", how.viaSpare, "keptBytes", how.kept)
+		"dirSynced", how.dirSync, "dirSyncLater", how.dirSyncLater, "viaSpare", how.viaSpare, "keptBytes", how.kept)
 }
 
 // writeFileAtomic replaces path with what write writes through a temporary file in dir:
@@ -540,6 +588,7 @@ var errReadBusy = errors.New("checkpoint file is being replaced")
 func (s *Store) Remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.awaitDirSync()
 	s.checkpointHolds, s.spareHolds = nil, nil
 	s.dropHeld()
 	spareErr := os.Remove(s.spare)

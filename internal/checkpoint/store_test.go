@@ -39,12 +39,16 @@ func tempFiles(t *testing.T, dir string) []string {
 	return slices.DeleteFunc(m, func(p string) bool { return filepath.Base(p) == SpareFileName })
 }
 
+// newTestStore returns the Store for cfg, closed when the test ends: its goroutines (a
+// directory sync left running, a replaced file being released) are done before the
+// cleanups the test registered earlier, which may restore what they call.
 func newTestStore(t *testing.T, cfg StoreConfig) *Store {
 	t.Helper()
 	s, err := NewStore(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
