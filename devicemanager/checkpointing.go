@@ -114,26 +114,6 @@ func (m *Manager) runCheckpointWriter(ctx context.Context) {
 	}
 }
 
-// precomputeCheckpoint prepares the next checkpoint write while plugins register after a
-// restart: the restored assignments' JSON text and checksum parts are settled once, on this
-// goroutine, so that the write after the first device list (synchronous on the plugin's
-// stream under the kubelet policy) costs little more than the file's bytes. For entries read
-// from a file kdm or a kubelet wrote, that is a check of the text the reader kept and a
-// count of its length (Store.ReadEntries); others are encoded and hashed. It takes its
-// snapshot under mu and works outside it; a write running meanwhile is unaffected.
-func (m *Manager) precomputeCheckpoint() {
-	m.mu.Lock()
-	data := m.snapshotLocked()
-	m.mu.Unlock()
-	if len(data.Entries) == 0 {
-		return
-	}
-	if err := data.Precompute(); err != nil {
-		// The write will report it; nothing to precompute.
-		m.log.V(4).Info("Checkpoint content cannot be encoded", "err", err)
-	}
-}
-
 // readCheckpoint reads the checkpoint, whose assignments and registered resources the
 // returned function (for a caller holding mu) restores. Each registered resource gets empty
 // device sets and a stopped placeholder endpoint, so it reports capacity 0 until its plugin

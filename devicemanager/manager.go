@@ -256,11 +256,6 @@ func (m *Manager) Start(ctx context.Context, src Sources) error {
 		defer m.wg.Done()
 		m.runCheckpointWriter(runCtx)
 	}()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.precomputeCheckpoint()
-	}()
 	if m.cfg.PluginWatcherDir != "" {
 		if err := m.startPluginWatcher(runCtx); err != nil {
 			finish := m.beginStopLocked()

@@ -127,23 +127,6 @@ func (p *Prepared) Data() *Data {
 	return d
 }
 
-// Precompute computes and keeps what encoding p needs from each piece: its JSON text and its
-// part of the checksum, as a write of p would, without producing the file. A later write
-// of p, or of p with pieces added after the existing ones, then costs about as much as
-// copying the file's bytes. It reports ErrInvalidUTF8 as EncodePrepared does. A nil p does
-// nothing.
-func (p *Prepared) Precompute() error {
-	if p == nil {
-		return nil
-	}
-	reg, _, err := planPrepared(p)
-	if err != nil {
-		return err
-	}
-	checksumPrepared(p.Entries, p.Registered == nil, reg, nil)
-	return nil
-}
-
 // EncodePrepared returns the checkpoint file for p: byte for byte
 // Encode(p.Data()), with the pieces' JSON taken from their cache. It fails,
 // as Encode does, only with ErrInvalidUTF8. A nil p encodes as the zero Data.

@@ -183,41 +183,6 @@ func TestEntryChecksumMemo(t *testing.T) {
 	}
 }
 
-// TestPrecompute: after Precompute every piece's JSON is cached and every piece's checksum
-// part is remembered for the position it has in p, and encoding p (or p with a piece added
-// at the end) gives Encode's bytes. Invalid UTF-8 is reported as EncodePrepared reports it.
-func TestPrecompute(t *testing.T) {
-	d := benchData(t, 5)
-	p := prepare(d)
-	if err := p.Precompute(); err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range p.Entries {
-		if e.text.Load() == nil || e.sum.last.Load()&sumKnown == 0 {
-			t.Fatalf("entry %d: nothing precomputed", i)
-		}
-	}
-	for _, r := range p.Registered {
-		if r.text.Load() == nil || r.sum.last.Load()&sumKnown == 0 {
-			t.Fatalf("registered %s: nothing precomputed", r.Resource)
-		}
-	}
-	if got, want := mustEncodePrepared(t, p), mustEncode(t, p.Data()); !bytes.Equal(got, want) {
-		t.Fatal("EncodePrepared after Precompute differs from Encode")
-	}
-	p.Entries = append(p.Entries, NewEntry(benchData(t, 6).PodDeviceEntries[5]))
-	if got, want := mustEncodePrepared(t, p), mustEncode(t, p.Data()); !bytes.Equal(got, want) {
-		t.Fatal("EncodePrepared of a grown Prepared differs from Encode")
-	}
-	bad := prepare(&Data{PodDeviceEntries: []PodDevicesEntry{{PodUID: "\xff"}}})
-	if err := bad.Precompute(); !errors.Is(err, ErrInvalidUTF8) {
-		t.Fatalf("Precompute of invalid UTF-8 = %v, want ErrInvalidUTF8", err)
-	}
-	if err := (*Prepared)(nil).Precompute(); err != nil {
-		t.Fatalf("Precompute of nil = %v", err)
-	}
-}
-
 // TestEncodePreparedInlineAndParallel encodes a large Prepared three ways: fresh (the pieces are
 // emitted on a second goroutine once the hashing passes inlineHashBudget), again (the memos
 // answer, everything runs inline) and after its first entry changed (every later entry is
