@@ -48,7 +48,9 @@ func (m *Manager) writeCheckpointLocked() error {
 
 // WaitForCheckpointWrites returns once every checkpoint write whose change is already visible
 // (in GetCapacity, say) has reached the disk. With Policy.CoalesceDeviceListWrites, device-list
-// writes still queued are not waited for.
+// writes still queued are not waited for. A write that a crash may undo (a health flip) has its
+// file on disk by then, but the directory sync that makes its name durable may still be
+// running; the next write waits for it.
 func (m *Manager) WaitForCheckpointWrites() {
 	m.writeMu.Lock()
 	//lint:ignore SA2001 waiting for the writer to let go is the point
