@@ -118,7 +118,7 @@ func (s *Store) Remove() error { return s.s.Remove() }
 
 // Close waits until the files that writes replaced are released: a large
 // replaced file is let go of on a goroutine, so that freeing its blocks is not
-// part of the write. On Linux it also closes the files a Store keeps open for
-// its next writes through the spare. The Store stays usable; later writes
-// release what they replace before returning, and keep no file open.
+// part of the write. It also waits for a directory sync that a write left
+// running. The Store stays usable; later writes release what they replace
+// before returning.
 func (s *Store) Close() error { return s.s.Close() }

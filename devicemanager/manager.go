@@ -353,7 +353,7 @@ func (m *Manager) finishStop() {
 	m.mu.Unlock()
 	m.server.Stop()
 	m.wg.Wait()
-	_ = m.store.Close() // waits for its goroutines (replaced files, a directory sync) and closes its files
+	_ = m.store.Close() // waits for its goroutines: replaced files' release, a directory sync
 	m.mu.Lock()
 	m.serveErr = nil
 	m.mu.Unlock()

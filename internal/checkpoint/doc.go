@@ -125,10 +125,7 @@ package checkpoint
 // ReadFile hold a shared flock on the file they read. Only a regular file of
 // the Store's user with one name is written into (one with another mode than
 // 0600 is replaced first), and a file system that cannot exchange names gets
-// new files as before. The Store keeps the file it filled open, unlocked,
-// and the write after next, which finds it at the spare's name, locks and
-// fills it without opening it again, once it has checked all of that anew
-// (see Store.held); Close closes it.
+// new files as before.
 //
 // By default Read quarantines an unusable file (bad JSON, unknown layout,
 // checksum mismatch): it renames it to

@@ -44,9 +44,6 @@ var exchangeFiles = func(a, b string) error {
 // the end of a file more often than anywhere else, so a write usually rewrites the last
 // entries, the registered devices and the checksum, not the whole file.
 //
-// A successful write keeps the file it filled open (see Store.held), so that the write after
-// next, which finds it at the spare's name, need not open it again.
-//
 // Callers hold mu.
 func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, dirSync bool) (size, kept int64, done bool, err error) {
 	if s.noExchange || !s.spareSafe || !fastPath(offSpare) {
@@ -56,19 +53,11 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, dirSync bool)
 	if unix.Lstat(s.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return 0, 0, false, nil
 	}
-	f, st, ok := s.takeSpare()
+	f, st, ok := s.openSpare()
 	if !ok {
 		return 0, 0, false, nil
 	}
-	keep := false
-	defer func() {
-		if !keep {
-			_ = f.Close() // releases the lock, after the exchange
-		}
-		if err != nil {
-			s.dropHeld() // where the files are after a failure is not worth tracking
-		}
-	}()
+	defer func() { _ = f.Close() }() // releases the lock, after the exchange
 	prev, replaced := s.spareHolds, s.checkpointHolds
 	s.checkpointHolds, s.spareHolds = nil, nil // known again only once this write succeeds
 	// The spare's size tells whether the new file ends before the old one does, the only case
@@ -97,7 +86,6 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, dirSync bool)
 	if entries != nil && unix.Fstat(int(f.Fd()), &st) == nil {
 		written = &fileContent{entries: slices.Clone(entries), id: idOf(&st, false)}
 	}
-	exchanged := true
 	if err := exchangeFiles(s.spare, s.path); err != nil {
 		unsupported := errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)
 		if !unsupported && !errors.Is(err, fs.ErrNotExist) {
@@ -113,7 +101,7 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, dirSync bool)
 			s.dropSpare()
 			return 0, 0, true, fmt.Errorf("rename temporary file: %w", err)
 		}
-		replaced, exchanged = nil, false // it is gone, and nothing is at the spare's name
+		replaced = nil // it is gone, and nothing is at the spare's name
 	}
 	if !dirSync {
 		s.syncDirLater() // the next write waits for it before it overwrites the spare
@@ -122,44 +110,17 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, dirSync bool)
 		return 0, 0, true, err
 	}
 	s.checkpointHolds = written
-	var moved *os.File
-	if exchanged {
-		moved = s.held // the previous write's file, which the exchange moved to the spare's name
-	}
-	s.spareHolds = movedToSpare(replaced, moved)
-	keep = s.holdFiles(f, moved)
+	s.spareHolds = s.movedToSpare(replaced)
 	return size, kept, true, nil
 }
 
-// holdFiles keeps f, the file a write just filled and made the checkpoint, open and unlocked
-// as the held file, and moved, the file held before it, which the write's exchange moved to
-// the spare's name (nil if none), as the spare's. Once the Store is closed it keeps none of
-// them. It reports whether it kept f; the caller closes f otherwise. Callers hold mu.
-func (s *Store) holdFiles(f, moved *os.File) bool {
-	if s.held != nil && s.held != moved {
-		_ = s.held.Close()
-	}
-	s.held = nil
-	if s.heldSpare != nil {
-		_ = s.heldSpare.Close()
-	}
-	s.heldSpare = moved
-	if s.closed || unix.Flock(int(f.Fd()), unix.LOCK_UN) != nil {
-		s.dropHeld()
-		return false
-	}
-	s.held = f
-	return true
-}
-
 // movedToSpare returns what the spare holds after an exchange moved the file of the previous
-// write there, if moved, the Store's open file of that write, is still that file as the write
-// left it: same inode, size and modification time. Its change time, which the exchange itself
-// set, is then part of its identity. Whether it is still at the spare's name is checked when
-// it is next filled (takeSpare). It returns nil for anything else.
-func movedToSpare(replaced *fileContent, moved *os.File) *fileContent {
+// write there, if the file at the spare's name is still that file as that write left it:
+// same inode, size and modification time. Its change time, which the exchange itself set, is
+// then part of its identity. It returns nil for anything else.
+func (s *Store) movedToSpare(replaced *fileContent) *fileContent {
 	var st unix.Stat_t
-	if replaced == nil || moved == nil || unix.Fstat(int(moved.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st, false) != replaced.id {
+	if replaced == nil || unix.Lstat(s.spare, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st, false) != replaced.id {
 		return nil
 	}
 	return &fileContent{entries: replaced.entries, id: idOf(&st, true)}
@@ -174,33 +135,8 @@ func idOf(st *unix.Stat_t, withCtime bool) fileID {
 	return id
 }
 
-// takeSpare returns the spare, open for writing and locked exclusively, with its stat (see
-// lockSpare): the file held for it (Store.heldSpare) if that is still the spare, openSpare's
-// otherwise. ok is false when there is none to use.
-func (s *Store) takeSpare() (f *os.File, st unix.Stat_t, ok bool) {
-	if f, s.heldSpare = s.heldSpare, nil; f != nil {
-		if st, ok = s.lockSpare(int(f.Fd())); ok && st.Mode&0o7777 == 0o600 {
-			return f, st, true
-		}
-		_ = f.Close() // and with it the lock, if it was taken
-	}
-	return s.openSpare()
-}
-
-// lockSpare locks fd exclusively, without waiting, and reports whether it is the spare this
-// Store may fill: a regular file of this process's user, with no other name, and still the
-// file at the spare's name. st is fd's stat.
-func (s *Store) lockSpare(fd int) (st unix.Stat_t, ok bool) {
-	var cur unix.Stat_t
-	ok = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil &&
-		unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 &&
-		int(st.Uid) == s.euid &&
-		unix.Lstat(s.spare, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino
-	return st, ok
-}
-
 // openSpare opens the spare for overwriting, creating it if it is missing, and locks it
-// exclusively. ok is false when the spare must not be used: it is not a regular file, has
+// exclusively, and returns it with its stat. ok is false when the spare must not be used: it is not a regular file, has
 // another name too, is not ours, another writer holds it, or it is no longer the file at the
 // spare's name (a concurrent writer exchanged it). A spare of ours with another mode than 0600
 // (a kubelet's checkpoint, 0644, that an exchange moved there) is removed and made anew: a
@@ -214,7 +150,11 @@ func (s *Store) openSpare() (f *os.File, st unix.Stat_t, ok bool) {
 		if err != nil {
 			return nil, st, false
 		}
-		st, ours := s.lockSpare(fd)
+		var cur unix.Stat_t
+		ours := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil &&
+			unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 &&
+			int(st.Uid) == os.Geteuid() &&
+			unix.Lstat(s.spare, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino
 		switch {
 		case !ours:
 			_ = unix.Close(fd)

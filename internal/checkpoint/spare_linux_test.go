@@ -231,8 +231,8 @@ func TestSpareRefused(t *testing.T) {
 			return func() { _ = f.Close() }
 		},
 	} {
-		// After one write there is no spare yet; after three the Store holds the file at the
-		// spare's name open (Store.heldSpare), which the planting removes first.
+		// After one write there is no spare yet; after three the spare is a file the Store
+		// wrote, which the planting removes first.
 		for _, writes := range []int{1, 3} {
 			t.Run(fmt.Sprintf("%s,writes=%d", name, writes), func(t *testing.T) { spareRefused(t, writes, plant) })
 		}
@@ -250,13 +250,9 @@ func spareRefused(t *testing.T, writes int, plant func(t *testing.T, spare, vict
 	for gen := 1; gen <= writes; gen++ {
 		must(t, s.Write(generation(gen, 100)))
 	}
-	if s.heldSpare == nil && writes > 2 {
-		t.Fatal("after three writes the Store holds no spare")
-	}
 	exchanges.Store(0)
 	spare := filepath.Join(dir, SpareFileName)
-	before, _ := os.Lstat(spare)
-	if before != nil {
+	if _, err := os.Lstat(spare); err == nil {
 		must(t, os.Remove(spare))
 	}
 	if release := plant(t, spare, victim); release != nil {
@@ -280,7 +276,7 @@ func spareRefused(t *testing.T, writes int, plant func(t *testing.T, spare, vict
 		t.Errorf("victim holds %q (%v)", got, err)
 	}
 	now, err := os.Lstat(spare)
-	if err != nil || !os.SameFile(planted, now) || now.Mode() != planted.Mode() || (before != nil && os.SameFile(before, now)) {
+	if err != nil || !os.SameFile(planted, now) || now.Mode() != planted.Mode() {
 		t.Errorf("what sits at the spare's name changed: %v (%v)", now, err)
 	}
 	if planted.Mode().IsRegular() && planted.Sys().(*syscall.Stat_t).Nlink == 1 {
@@ -545,119 +541,4 @@ func TestReadFileThroughSymlink(t *testing.T) {
 	if _, err := ReadFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("ReadFile of a missing file: %v, want fs.ErrNotExist", err)
 	}
-}
-
-// TestHeldSpareChanged: the file a Store holds for the spare (Store.heldSpare) is filled again
-// only while it is still the regular file of this Store's at the spare's name, with one name,
-// mode 0600 and nobody else's lock. Changed in any of these ways, it is left as it is and the
-// write goes through another file, without waiting.
-func TestHeldSpareChanged(t *testing.T) {
-	// Each change returns the changed file, open for reading, whose bytes must stay as they are.
-	for name, change := range map[string]func(t *testing.T, spare string) *os.File{
-		"locked by another writer": func(t *testing.T, spare string) *os.File {
-			f := openT(t, spare)
-			must(t, unix.Flock(int(f.Fd()), unix.LOCK_EX))
-			return f
-		},
-		"made readable": func(t *testing.T, spare string) *os.File {
-			must(t, os.Chmod(spare, 0o644))
-			return openT(t, spare) // a reader must not see later checkpoints through it
-		},
-		"given a second name": func(t *testing.T, spare string) *os.File {
-			must(t, os.Link(spare, filepath.Join(filepath.Dir(spare), "other")))
-			return openT(t, spare)
-		},
-		"moved away and replaced": func(t *testing.T, spare string) *os.File {
-			moved := filepath.Join(filepath.Dir(spare), "moved")
-			must(t, os.Rename(spare, moved))
-			must(t, os.WriteFile(spare, []byte("a new spare\n"), 0o600))
-			return openT(t, moved)
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			s := newTestStore(t, StoreConfig{Dir: dir})
-			for gen := 1; gen <= 3; gen++ {
-				must(t, s.Write(generation(gen, 100)))
-			}
-			held := s.heldSpare
-			if held == nil {
-				t.Fatal("after three writes the Store holds no spare")
-			}
-			spare := filepath.Join(dir, SpareFileName)
-			changed := change(t, spare)
-			want := readAt0(t, changed)
-			done := make(chan error, 1)
-			go func() { done <- s.Write(generation(4, 100)) }()
-			select {
-			case err := <-done:
-				must(t, err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the write waits for the changed spare")
-			}
-			wantGeneration(t, s.Path(), 4)
-			if got := readAt0(t, changed); !bytes.Equal(got, want) {
-				t.Errorf("the changed spare was written: it holds %d bytes, had %d", len(got), len(want))
-			}
-			for _, p := range []string{s.Path(), spare} {
-				if fi, err := os.Lstat(p); err == nil && fi.Mode().Perm() != 0o600 {
-					t.Errorf("%s: mode %v, want 0600", p, fi.Mode())
-				}
-			}
-		})
-	}
-}
-
-// TestStoreHoldsTwoFiles: writes through the spare keep the checkpoint and the spare open,
-// two files and no more however many writes there are; Close closes them, and writes after
-// Close keep none.
-func TestStoreHoldsTwoFiles(t *testing.T) {
-	dir := t.TempDir()
-	s := newTestStore(t, StoreConfig{Dir: dir})
-	for gen := 1; gen <= 6; gen++ {
-		must(t, s.WritePrepared(preparedGeneration(gen, 100)))
-	}
-	if n := openFilesIn(t, dir); n != 2 {
-		t.Errorf("after six writes the process has %d files of the directory open, want 2", n)
-	}
-	must(t, s.Close())
-	if n := openFilesIn(t, dir); n != 0 {
-		t.Errorf("after Close the process has %d files of the directory open, want 0", n)
-	}
-	must(t, s.WritePrepared(preparedGeneration(7, 100)))
-	if n := openFilesIn(t, dir); n != 0 {
-		t.Errorf("after a write that followed Close the process has %d files of the directory open, want 0", n)
-	}
-	wantGeneration(t, s.Path(), 7)
-}
-
-// openT opens path for reading until the test ends.
-func openT(t *testing.T, path string) *os.File {
-	t.Helper()
-	f, err := os.Open(path)
-	must(t, err)
-	t.Cleanup(func() { _ = f.Close() })
-	return f
-}
-
-// readAt0 reads all of f from its start.
-func readAt0(t *testing.T, f *os.File) []byte {
-	t.Helper()
-	b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
-	must(t, err)
-	return b
-}
-
-// openFilesIn counts the process's open file descriptors that name a file in dir.
-func openFilesIn(t *testing.T, dir string) int {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	must(t, err)
-	n := 0
-	for _, fd := range fds {
-		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, dir+"/") {
-			n++
-		}
-	}
-	return n
 }

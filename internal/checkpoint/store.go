@@ -77,13 +77,6 @@ type Store struct {
 	// write through the spare leaves in place what the spare already holds of the new file
 	// (see replaceViaSpare). Guarded by mu.
 	checkpointHolds, spareHolds *fileContent
-	// held is the file the last write through the spare filled, which that write made the
-	// checkpoint: still open for writing, unlocked. The next write's exchange moves it to the
-	// spare's name, where it becomes heldSpare, which the write after fills again without
-	// opening it (see takeSpare). nil when there is none, and after Close. Guarded by mu.
-	held, heldSpare *os.File
-	// euid is the process's effective user ID, the owner a spare must have.
-	euid int
 	// dirSyncing, when set, is closed once the directory sync that a write through the spare
 	// left to a goroutine (a write that did not ask for one, see WritePreparedNoDirSync) is
 	// done, and dirSyncErr is then that sync's error. Every write waits for it first (see
@@ -124,7 +117,6 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		clock:      cfg.Clock,
 		lastSize:   -1,
 		spareSafe:  true,
-		euid:       os.Geteuid(),
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
@@ -318,7 +310,6 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 		}
 	}
 	s.checkpointHolds, s.spareHolds = nil, nil
-	s.dropHeld() // before the rename: the last reference to a large file is released below
 	var replaced *heldFile
 	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
 		replaced = holdFile(s.path)
@@ -337,14 +328,13 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 }
 
 // Close waits until the files that writes replaced are released (see asyncReleaseSize), and
-// closes the files it holds for later writes (see Store.held). The Store stays usable; later
-// writes release what they replace before returning, and hold no file. The device
+// for a directory sync a write left running (see syncDirLater). The Store stays usable; later
+// writes release what they replace before returning. The device
 // manager calls it when it stops, so that no goroutine of its store outlives it.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.awaitDirSync()
 	s.closed = true
-	s.dropHeld()
 	s.mu.Unlock()
 	s.releases.Wait()
 	return nil
@@ -382,16 +372,6 @@ func (s *Store) awaitDirSync() {
 		s.spareSafe = false
 		s.logger.Error(err, "Directory sync after a checkpoint write failed; the next writes use new files", "path", s.path)
 	}
-}
-
-// dropHeld closes the files the Store holds for later writes. Callers hold mu.
-func (s *Store) dropHeld() {
-	for _, f := range []*os.File{s.held, s.heldSpare} {
-		if f != nil {
-			_ = f.Close()
-		}
-	}
-	s.held, s.heldSpare = nil, nil
 }
 
 // releaseReplaced drops the reference holdFile took: on a goroutine for a file of
@@ -590,7 +570,6 @@ func (s *Store) Remove() error {
 	defer s.mu.Unlock()
 	s.awaitDirSync()
 	s.checkpointHolds, s.spareHolds = nil, nil
-	s.dropHeld()
 	spareErr := os.Remove(s.spare)
 	err := os.Remove(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
