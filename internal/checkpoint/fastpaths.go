@@ -23,6 +23,9 @@ const (
 	// offWhole builds no entry's whole textSum and composes no run (see text_sum.go): an
 	// entry that follows a new state is hashed again.
 	offWhole
+	// offLaterSync syncs the directory at once after a write through the spare that asked for
+	// no directory sync, instead of on a goroutine the next write waits for (syncDirLater).
+	offLaterSync
 )
 
 // fastPath reports whether the fast path off is on.

@@ -31,8 +31,8 @@ var exchangeFiles = func(a, b string) error {
 //     always holds a whole file;
 //   - the directory is synced after every exchange, whatever the caller asked for: the next
 //     write overwrites the spare, which until that sync might still be the checkpoint on disk
-//     (when the caller did not ask for it, the sync runs on a goroutine, and the next write
-//     waits for it before anything else, see syncDirLater);
+//     (with syncLater, for a caller that did not ask for it, the sync runs on a goroutine, and
+//     the next write waits for it before anything else, see syncDirLater);
 //   - the spare is overwritten only under an exclusive flock, and only while it is still the
 //     file at the spare's name, so two writers never fill the same file, and a reader holding
 //     a shared lock (Read) never sees the file change under it.
@@ -45,7 +45,7 @@ var exchangeFiles = func(a, b string) error {
 // entries, the registered devices and the checksum, not the whole file.
 //
 // Callers hold mu.
-func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, dirSync bool) (size, kept int64, done bool, err error) {
+func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, syncLater bool) (size, kept int64, done bool, err error) {
 	if s.noExchange || !s.spareSafe || !fastPath(offSpare) {
 		return 0, 0, false, nil
 	}
@@ -103,7 +103,7 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, dirSync bool)
 		}
 		replaced = nil // it is gone, and nothing is at the spare's name
 	}
-	if !dirSync {
+	if syncLater {
 		s.syncDirLater() // the next write waits for it before it overwrites the spare
 	} else if err := syncDir(s.dir); err != nil {
 		s.spareSafe = false // the exchange may not be on disk: the spare may still be the checkpoint there

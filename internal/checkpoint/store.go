@@ -299,14 +299,15 @@ type replacement struct {
 func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (replacement, error) {
 	s.awaitDirSync()
 	if !s.plain {
-		size, kept, done, err := s.replaceViaSpare(write, entries, dirSync)
+		later := !dirSync && fastPath(offLaterSync)
+		size, kept, done, err := s.replaceViaSpare(write, entries, later)
 		if done {
 			s.lastSize = size
 			if err != nil {
 				s.lastSize = -1
 				return replacement{}, &FileError{Path: s.path, Err: err}
 			}
-			return replacement{viaSpare: true, dirSync: dirSync, dirSyncLater: !dirSync, kept: kept}, nil
+			return replacement{viaSpare: true, dirSync: !later, dirSyncLater: later, kept: kept}, nil
 		}
 	}
 	s.checkpointHolds, s.spareHolds = nil, nil

@@ -28,11 +28,13 @@ const FastPathsEnv = "UPSTREAMBENCH_FASTPATHS_OFF"
 //   - summed: a large file parsed, then hashed, not hashed while it is parsed, and no
 //     checksum states nor text kept for the first write after a restart;
 //   - whole: no entry's whole textSum and no run of them: an entry that follows a new
-//     checksum state (an older pod left) is hashed again.
-var fastPathBits = map[string]uint32{"spare": 1 << 0, "delta": 1 << 1, "summed": 1 << 2, "whole": 1 << 3}
+//     checksum state (an older pod left) is hashed again;
+//   - latersync: the directory synced at once after a write through the spare that asked for
+//     no directory sync (a health flip's), not on a goroutine the next write waits for.
+var fastPathBits = map[string]uint32{"spare": 1 << 0, "delta": 1 << 1, "summed": 1 << 2, "whole": 1 << 3, "latersync": 1 << 4}
 
 // FastPaths are the names fastPathBits knows, in the order the table lists them.
-var FastPaths = []string{"spare", "delta", "summed", "whole"}
+var FastPaths = []string{"spare", "delta", "summed", "whole", "latersync"}
 
 // setFastPathsOff turns off the fast paths FastPathsEnv names; TestMain calls it before
 // anything of package checkpoint runs.

@@ -53,7 +53,7 @@ func run() error {
 	bench := flag.String("bench", ".", "go test -bench pattern")
 	out := flag.String("out", "", "Markdown file whose bench-compare section receives the tables")
 	modules := flag.String("modules", ".,kubelet136", "comma-separated module directories whose benchmarks run, newest kubelet first; the first also measures kdm")
-	fastPaths := flag.String("fastpaths", "", "comma-separated fast paths to turn off one at a time, measuring kdm's rows instead of comparing (spare, delta, summed, whole)")
+	fastPaths := flag.String("fastpaths", "", "comma-separated fast paths to turn off one at a time, measuring kdm's rows instead of comparing (spare, delta, summed, whole, latersync)")
 	flag.Parse()
 	if *roundsN < 1 {
 		return errors.New("-rounds must be at least 1")
