@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -153,7 +154,13 @@ func (w *jsonWriter) entryHead(buf []byte, e *PodDevicesEntry) []byte {
 // that decodes to e.AllocResp with no line breaks (parseV2Fast's rule) has
 // the right length and padding already.
 func (w *jsonWriter) canonicalEntry(e *PodDevicesEntry, text []byte) bool {
-	rest, ok := bytes.CutPrefix(text, w.entryHead(nil, e))
+	scratch := headScratch.Get().(*[]byte)
+	head := w.entryHead((*scratch)[:0], e)
+	rest, ok := bytes.CutPrefix(text, head)
+	if cap(head) <= maxHeadScratch {
+		*scratch = head[:0]
+		headScratch.Put(scratch)
+	}
 	if !ok {
 		return false
 	}
@@ -177,6 +184,13 @@ func (w *jsonWriter) canonicalEntry(e *PodDevicesEntry, text []byte) bool {
 	}
 	return true
 }
+
+// headScratch holds the buffers canonicalEntry writes an entry's head into to compare it
+// with the text read: the first write after a restart checks every restored entry, and the
+// heads are garbage once compared. Buffers over maxHeadScratch bytes are not kept.
+var headScratch = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxHeadScratch = 64 << 10
 
 // base64Value is the six bits the standard alphabet's character c stands for, or notBase64
 // for any other character.

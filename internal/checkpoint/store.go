@@ -59,7 +59,6 @@ type Store struct {
 	clock      clock.PassiveClock
 
 	mu sync.Mutex
-	bw *bufio.Writer // WritePrepared's write buffer, kept for the next one
 	// closed is set by Close, after which replaced files are released inline. Guarded by mu.
 	closed bool
 	// lastSize is the size of the file the last write left, or -1 if unknown; a write takes a
@@ -96,6 +95,11 @@ const asyncReleaseSize = 1 << 20
 
 // writeBufferSize is the size of the buffer WritePrepared writes the file through.
 const writeBufferSize = 256 << 10
+
+// writeBuffers holds the write buffers of WritePrepared, shared by every Store: one is taken
+// for a write and given back after it, so that a Store keeps no buffer between writes and a
+// Store made for a new manager (a restart) does not allocate one of its own.
+var writeBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufferSize) }}
 
 // NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
 // creates the directory with DirMode if it is missing, and removes temporary
@@ -224,11 +228,9 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	size := 0
+	bw := writeBuffers.Get().(*bufio.Writer)
 	how, err := s.replaceLocked(dirSync, p.Entries, func(f io.Writer, skip int64) error {
-		if s.bw == nil {
-			s.bw = bufio.NewWriterSize(f, writeBufferSize)
-		}
-		s.bw.Reset(f)
+		bw.Reset(f)
 		var werr error
 		sum := emitPrepared(p, reg, func(b []byte) {
 			at := int64(size)
@@ -239,7 +241,7 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 			if at < skip {
 				b = b[skip-at:]
 			}
-			_, werr = s.bw.Write(b)
+			_, werr = bw.Write(b)
 		})
 		if werr != nil {
 			return werr
@@ -250,14 +252,13 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 		var tail [32]byte
 		t := appendChecksumTail(tail[:0], sum)
 		size += len(t)
-		if _, err := s.bw.Write(t); err != nil {
+		if _, err := bw.Write(t); err != nil {
 			return err
 		}
-		return s.bw.Flush()
+		return bw.Flush()
 	})
-	if s.bw != nil {
-		s.bw.Reset(nil) // let go of the file
-	}
+	bw.Reset(nil) // let go of the file
+	writeBuffers.Put(bw)
 	if err != nil {
 		return err
 	}
