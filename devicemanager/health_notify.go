@@ -23,12 +23,8 @@ import (
 // hold mu; the send does not block.
 func (m *Manager) disconnectLocked(resource string, stoppedAt time.Time) bool {
 	var turned []string
-	if healthy := m.st.Healthy(resource); healthy.Len() > 0 && m.st.AllocatedCount(resource) > 0 {
-		for id := range m.st.Allocated(resource) {
-			if healthy.Has(id) {
-				turned = append(turned, id)
-			}
-		}
+	if m.runCtx.Err() == nil { // when the manager stops nothing is announced
+		turned = m.st.AllocatedAmong(resource, m.st.Healthy(resource))
 	}
 	if !m.st.Disconnect(resource, stoppedAt) {
 		return false
@@ -46,14 +42,8 @@ func (m *Manager) disconnectLocked(resource string, stoppedAt time.Time) bool {
 // health did not change, so the list alone shows no change). Callers hold mu.
 func (m *Manager) applyDeviceListLocked(resource string, devs []*pluginapi.Device) []string {
 	var down []string
-	if !m.st.Plugin(resource).Listed && m.st.AllocatedCount(resource) > 0 {
-		if unhealthy := m.st.Unhealthy(resource); unhealthy.Len() > 0 {
-			for id := range m.st.Allocated(resource) {
-				if unhealthy.Has(id) {
-					down = append(down, id)
-				}
-			}
-		}
+	if !m.st.Plugin(resource).Listed {
+		down = m.st.AllocatedAmong(resource, m.st.Unhealthy(resource))
 	}
 	uids := m.st.ApplyDeviceList(resource, devs)
 	if len(down) == 0 {

@@ -13,7 +13,8 @@ import (
 	"github.com/kdm-project/kdm/internal/checkpoint"
 )
 
-// TestPodsHoldingMatchesScan checks PodsHolding against a plain scan of every pod's devices
+// TestPodsHoldingMatchesScan checks PodsHolding against a plain scan of every pod's devices,
+// and AllocatedAmong against the intersection of the held and the asked devices,
 // on random states: pods with several containers and resources, devices under one or two
 // NUMA nodes, and asked IDs that are some, all or none of the held ones, repeated or never
 // held. The case where every held device is asked takes PodsHolding's shortcut; the test
@@ -62,6 +63,11 @@ func TestPodsHoldingMatchesScan(t *testing.T) {
 			got, want := s.PodsHolding("r", ask), scanHolding(s, "r", ask)
 			if !slices.Equal(got, want) {
 				t.Fatalf("seed %d: PodsHolding(r, %v) = %v, want %v", seed, ask, got, want)
+			}
+			among := s.AllocatedAmong("r", sets.New(ask...))
+			slices.Sort(among)
+			if want := sets.List(sets.New(held...).Intersection(sets.New(ask...))); !slices.Equal(among, want) && len(among)+len(want) > 0 {
+				t.Fatalf("seed %d: AllocatedAmong(r, %v) = %v, want %v", seed, ask, among, want)
 			}
 		}
 	}

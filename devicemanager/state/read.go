@@ -77,6 +77,28 @@ func (s *State) Allocated(res string) sets.Set[string] {
 	return out
 }
 
+// AllocatedAmong returns the devices of ids that some container of the resource holds, in no
+// particular order (nil for none). It walks the smaller of ids and the held devices, and
+// copies neither.
+func (s *State) AllocatedAmong(res string, ids sets.Set[string]) []string {
+	held := s.held[res]
+	var out []string
+	if len(ids) < len(held) {
+		for id := range ids {
+			if held[id] > 0 {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	for id, n := range held {
+		if n > 0 && ids.Has(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // PluginStatus is what the state knows of a resource's plugin.
 type PluginStatus struct {
 	// Known: the resource has a plugin record.
