@@ -34,7 +34,8 @@ import (
 //     checkpoint of Allocate/pods=K (K+1 pods of one device), the cheapest way there is:
 //     overwrite a preallocated file of that size, fdatasync it, exchange its name with the
 //     checkpoint's (renameat2 RENAME_EXCHANGE, as kdm's store does) and fsync the directory.
-//     The file is in the directory the stub serves and watches, as a manager's checkpoint is.
+//     The file is in the directory the stub serves and has an inotify watch on, as a manager's
+//     checkpoint is.
 //   - checksum+overwrite,devices=N: the kubelet's checksum of the checkpoint of
 //     ListAndWatchUpdate/devices=N (one pod, N registered devices; computed by kdm's emitter,
 //     the fastest there is) and its durable replacement as above. Under the kubelet's policy
@@ -236,8 +237,8 @@ func emptyRPC(b *testing.B) func() {
 // allocateRPC returns a function making the call every Allocate op makes: the plugin stub's
 // Allocate of one device, answered as in the managers' benchmarks, and decoded with gRPC's
 // standard codec. The stub serves dir and registers with a receiver there, as in the
-// benchmarks; it watches dir, so every file later written there wakes it, as it does when a
-// manager writes its checkpoint.
+// benchmarks; its inotify watch on dir then sees every file later written there, as it sees a
+// manager's checkpoint writes.
 func allocateRPC(b *testing.B, dir string) func() {
 	b.Helper()
 	r := startReceiver(b, dir)

@@ -201,7 +201,9 @@ const PluginSocketName = "gpu.sock"
 
 // StartPlugin starts the stub with devs on dir/PluginSocketName and registers it with the
 // manager serving dir/kubelet.sock; tb's cleanup stops it. Like the kubelet's device plugins,
-// the stub watches dir (for a new kubelet.sock), so every file written there wakes it.
+// the stub puts an inotify watch on dir (for a new kubelet.sock), so the kernel queues it an
+// event for every file written there; the stub's watch loop (Stub.Watch) is never started,
+// so after the first event none of its goroutines wakes for them.
 func StartPlugin(tb testing.TB, dir string, devs []*pluginapi.Device) *Plugin {
 	tb.Helper()
 	s := stub.NewDevicePluginStub(logr.Discard(), devs, filepath.Join(dir, PluginSocketName), ResourceName, false, false)
