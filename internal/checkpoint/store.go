@@ -197,7 +197,7 @@ func (s *Store) Write(d *Data) error {
 
 // WritePrepared is Write for Prepared content: the same file as
 // Write(p.Data()), with each entry's JSON taken from its cache. The file is
-// written piece by piece through a buffer the Store keeps, while the
+// written piece by piece through a pooled buffer (writeBuffers), while the
 // checksum, which ends the file, is computed on a second goroutine: a large
 // checkpoint is neither built in memory whole nor hashed before its writing
 // starts. Through the spare (see Write), the bytes of the leading entries
