@@ -14,6 +14,13 @@ const (
 	// other temporary files, NewStore keeps it for later writes.
 	SpareFileName = impl.SpareFileName
 
+	// SecondSpareFileName is a second spare: the device manager's writes that
+	// need no directory sync of their own (a device-list change) fill it and
+	// SpareFileName in turn, so that each need not wait for the directory
+	// sync of the write before it. Store.Write never fills it; NewStore keeps
+	// it too, and Remove removes it.
+	SecondSpareFileName = impl.SecondSpareFileName
+
 	// DirMode is the mode NewStore creates a missing directory with. It is
 	// the kubelet's: the directory is the device-plugin socket directory,
 	// which plugin processes must be able to traverse to reach kubelet.sock.
@@ -48,8 +55,8 @@ type StoreConfig struct {
 	// SpareFileName and Store.Write), which costs the disk less but relies on
 	// exchanging names and on recognising a file by its identity. The files
 	// written are the same byte for byte either way. With PlainWrites the
-	// Store never opens, writes or exchanges a spare; one that an earlier
-	// Store left is kept as it is until Remove.
+	// Store never opens, writes or exchanges a spare; those an earlier
+	// Store left are kept as they are until Remove.
 	PlainWrites bool
 }
 
@@ -74,7 +81,7 @@ type Store struct {
 // NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
 // creates the directory with DirMode if it is missing, and removes temporary
 // files that a writer killed mid-write left behind (only names starting with
-// ".kubelet_internal_checkpoint.tmp-", but for SpareFileName; the kubelet's
+// ".kubelet_internal_checkpoint.tmp-", but for the two spares; the kubelet's
 // own temp files are not touched). It fails with cfg.Validate's error if cfg
 // is invalid, or if the directory cannot be created, listed or cleaned.
 func NewStore(cfg StoreConfig) (*Store, error) {

@@ -62,8 +62,10 @@ func TestDeviceListWritesSkipTheDirectorySync(t *testing.T) {
 				logger, writes := syncRecorder()
 				dir := shortDir(t)
 				if !spare {
-					if err := os.Mkdir(filepath.Join(dir, checkpoint.SpareFileName), 0o700); err != nil {
-						t.Fatal(err)
+					for _, name := range []string{checkpoint.SpareFileName, checkpoint.SecondSpareFileName} {
+						if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+							t.Fatal(err)
+						}
 					}
 				}
 				pods := newPodList()

@@ -113,10 +113,14 @@ package checkpoint
 // (renameat2 RENAME_EXCHANGE) and fsyncs the directory. Overwriting allocated
 // blocks and swapping two names costs the disk a half to two thirds of what
 // a new file costs, and nothing is freed. The directory sync follows every
-// such write, because the next one overwrites the spare, which must by then
+// such write, because a later one overwrites the spare, which must by then
 // not be the checkpoint on disk; for a write that asked for none
-// (WritePreparedNoDirSync) it runs on a goroutine, and the next write waits
-// for it before anything else. As the spare holds the file of two writes
+// (WritePreparedNoDirSync) it runs on a goroutine, and whichever write next
+// overwrites that spare waits for it first. Writes that ask for no sync fill
+// two spares in turn (SpareFileName and SecondSpareFileName), so that each
+// waits only for the sync of the write before the previous one, while the
+// previous one's runs beside it; writes that sync refill the spare the last
+// write filled. As a spare holds the file of two (or three) writes
 // before, a WritePrepared whose first entries are the same Entries as that
 // file's leaves those bytes in place and writes (and syncs) only the rest,
 // if the spare is still the file the Store wrote: same inode, size,

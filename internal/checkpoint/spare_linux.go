@@ -17,8 +17,8 @@ var exchangeFiles = func(a, b string) error {
 	return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
 }
 
-// replaceViaSpare replaces the checkpoint with what write writes by overwriting the spare
-// file (see SpareFileName) and swapping it with the checkpoint, and reports whether it did the
+// replaceViaSpare replaces the checkpoint with what write writes by overwriting spare (0:
+// SpareFileName, 1: SecondSpareFileName) and swapping it with the checkpoint, and reports whether it did the
 // write (done). It declines, leaving everything as it was, when the spare cannot be used
 // safely: the checkpoint is not a regular file, the spare is not a regular file of ours with
 // one name, another writer holds it, the last directory sync failed, or the file system cannot
@@ -29,23 +29,24 @@ var exchangeFiles = func(a, b string) error {
 // (a half to two thirds of it, for a small checkpoint on ext4). It is as safe, given three rules:
 //   - the spare is synced before the exchange, so the name that becomes the checkpoint's
 //     always holds a whole file;
-//   - the directory is synced after every exchange, whatever the caller asked for: the next
+//   - the directory is synced after every exchange, whatever the caller asked for: a later
 //     write overwrites the spare, which until that sync might still be the checkpoint on disk
 //     (with syncLater, for a caller that did not ask for it, the sync runs on a goroutine, and
-//     the next write waits for it before anything else, see syncDirLater);
+//     the write that next overwrites this spare waits for it before anything else, see
+//     syncDirLater; the caller picks the other spare for the next such write);
 //   - the spare is overwritten only under an exclusive flock, and only while it is still the
 //     file at the spare's name, so two writers never fill the same file, and a reader holding
 //     a shared lock (Read) never sees the file change under it.
 //
 // entries are the new file's entries when it is a Prepared file (nil otherwise). When the
-// spare is still the file this Store wrote two writes ago, unchanged since (see fileID), and
+// spare is still the file this Store wrote two (or three) writes ago, unchanged since (see fileID), and
 // both are Prepared files, the bytes they share (see sharedPrefix) are left in place: write is
 // told to skip them, and only the rest of the file is written and synced. Entries arrive at
 // the end of a file more often than anywhere else, so a write usually rewrites the last
 // entries, the registered devices and the checksum, not the whole file.
 //
 // Callers hold mu.
-func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, syncLater bool) (size, kept int64, done bool, err error) {
+func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, spare int, syncLater bool) (size, kept int64, done bool, err error) {
 	if s.noExchange || !s.spareSafe || !fastPath(offSpare) {
 		return 0, 0, false, nil
 	}
@@ -53,13 +54,14 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, syncLater boo
 	if unix.Lstat(s.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return 0, 0, false, nil
 	}
-	f, st, ok := s.openSpare()
+	name := s.spares[spare]
+	f, st, ok := s.openSpare(name)
 	if !ok {
 		return 0, 0, false, nil
 	}
 	defer func() { _ = f.Close() }() // releases the lock, after the exchange
-	prev, replaced := s.spareHolds, s.checkpointHolds
-	s.checkpointHolds, s.spareHolds = nil, nil // known again only once this write succeeds
+	prev, replaced := s.spareHolds[spare], s.checkpointHolds
+	s.checkpointHolds, s.spareHolds[spare] = nil, nil // known again only once this write succeeds
 	// The spare's size tells whether the new file ends before the old one does, the only case
 	// that needs a truncation.
 	spareSize := st.Size
@@ -68,28 +70,28 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, syncLater boo
 	}
 	cw := &countingWriter{w: io.NewOffsetWriter(f, kept), f: f, base: kept}
 	if err := write(cw, kept); err != nil {
-		s.dropSpare()
+		s.dropSpare(name)
 		return 0, 0, true, fmt.Errorf("write temporary file: %w", err)
 	}
 	size = kept + cw.n
 	if size < spareSize {
 		if err := f.Truncate(size); err != nil {
-			s.dropSpare()
+			s.dropSpare(name)
 			return 0, 0, true, fmt.Errorf("truncate temporary file: %w", err)
 		}
 	}
 	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		s.dropSpare()
+		s.dropSpare(name)
 		return 0, 0, true, fmt.Errorf("sync temporary file: %w", err)
 	}
 	var written *fileContent
 	if entries != nil && unix.Fstat(int(f.Fd()), &st) == nil {
 		written = &fileContent{entries: slices.Clone(entries), id: idOf(&st, false)}
 	}
-	if err := exchangeFiles(s.spare, s.path); err != nil {
+	if err := exchangeFiles(name, s.path); err != nil {
 		unsupported := errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)
 		if !unsupported && !errors.Is(err, fs.ErrNotExist) {
-			s.dropSpare()
+			s.dropSpare(name)
 			return 0, 0, true, fmt.Errorf("exchange temporary file with checkpoint: %w", err)
 		}
 		if unsupported {
@@ -97,20 +99,21 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, syncLater boo
 			s.logger.V(2).Info("File system cannot exchange names; checkpoint writes use a new temporary file each time", "path", s.path, "err", err.Error())
 		}
 		// The spare is whole and synced: put it in place as a new temporary file would be.
-		if err := os.Rename(s.spare, s.path); err != nil {
-			s.dropSpare()
+		if err := os.Rename(name, s.path); err != nil {
+			s.dropSpare(name)
 			return 0, 0, true, fmt.Errorf("rename temporary file: %w", err)
 		}
 		replaced = nil // it is gone, and nothing is at the spare's name
 	}
+	s.lastSpare = spare
 	if syncLater {
-		s.syncDirLater() // the next write waits for it before it overwrites the spare
+		s.syncDirLater(spare) // a write waits for it before it overwrites this spare
 	} else if err := syncDir(s.dir); err != nil {
 		s.spareSafe = false // the exchange may not be on disk: the spare may still be the checkpoint there
 		return 0, 0, true, err
 	}
 	s.checkpointHolds = written
-	s.spareHolds = s.movedToSpare(replaced)
+	s.spareHolds[spare] = movedToSpare(name, replaced)
 	return size, kept, true, nil
 }
 
@@ -118,9 +121,9 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, syncLater boo
 // write there, if the file at the spare's name is still that file as that write left it:
 // same inode, size and modification time. Its change time, which the exchange itself set, is
 // then part of its identity. It returns nil for anything else.
-func (s *Store) movedToSpare(replaced *fileContent) *fileContent {
+func movedToSpare(spare string, replaced *fileContent) *fileContent {
 	var st unix.Stat_t
-	if replaced == nil || unix.Lstat(s.spare, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st, false) != replaced.id {
+	if replaced == nil || unix.Lstat(spare, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st, false) != replaced.id {
 		return nil
 	}
 	return &fileContent{entries: replaced.entries, id: idOf(&st, true)}
@@ -141,11 +144,11 @@ func idOf(st *unix.Stat_t, withCtime bool) fileID {
 // spare's name (a concurrent writer exchanged it). A spare of ours with another mode than 0600
 // (a kubelet's checkpoint, 0644, that an exchange moved there) is removed and made anew: a
 // process that opened it while it was readable must not read later checkpoints through it.
-func (s *Store) openSpare() (f *os.File, st unix.Stat_t, ok bool) {
+func (s *Store) openSpare(spare string) (f *os.File, st unix.Stat_t, ok bool) {
 	for range 2 {
-		fd, err := unix.Open(s.spare, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(spare, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if errors.Is(err, unix.ENOENT) {
-			fd, err = unix.Open(s.spare, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+			fd, err = unix.Open(spare, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		}
 		if err != nil {
 			return nil, st, false
@@ -154,13 +157,13 @@ func (s *Store) openSpare() (f *os.File, st unix.Stat_t, ok bool) {
 		ours := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil &&
 			unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 &&
 			int(st.Uid) == os.Geteuid() &&
-			unix.Lstat(s.spare, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino
+			unix.Lstat(spare, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino
 		switch {
 		case !ours:
 			_ = unix.Close(fd)
 			return nil, st, false
 		case st.Mode&0o7777 != 0o600:
-			err := unix.Unlink(s.spare) // still the file we hold: the lock keeps other Stores off
+			err := unix.Unlink(spare) // still the file we hold: the lock keeps other Stores off
 			_ = unix.Close(fd)
 			if err != nil {
 				return nil, st, false
@@ -171,13 +174,13 @@ func (s *Store) openSpare() (f *os.File, st unix.Stat_t, ok bool) {
 			_ = unix.Close(fd)
 			return nil, st, false
 		}
-		return os.NewFile(uintptr(fd), s.spare), st, true
+		return os.NewFile(uintptr(fd), spare), st, true
 	}
 	return nil, unix.Stat_t{}, false
 }
 
 // dropSpare removes the spare after a failed write: what it holds is incomplete.
-func (s *Store) dropSpare() { _ = os.Remove(s.spare) }
+func (s *Store) dropSpare(spare string) { _ = os.Remove(spare) }
 
 // lockForRead returns the check under which the checkpoint at path is read (see
 // readFileLocked): a shared flock on f, the file opened, then a check that f is still the

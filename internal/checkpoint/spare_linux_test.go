@@ -81,67 +81,87 @@ func countExchanges(t *testing.T, fail error) *atomic.Int32 {
 	return &n
 }
 
-// TestWriteThroughSpare: once a checkpoint exists, writes alternate between two files, the
-// checkpoint and the spare holding the one before it, and each such write syncs the
-// directory even when the caller did not ask for it.
+// TestWriteThroughSpare: once a checkpoint exists, each write fills a spare holding an earlier
+// checkpoint and exchanges it with the checkpoint, so that the spare then holds the checkpoint
+// just replaced, and each such write syncs the directory even when the caller did not ask for
+// it. Writes that sync the directory refill the same spare, so two files take turns; writes
+// that leave the sync to a goroutine fill the two spares in turn, so three files do.
 func TestWriteThroughSpare(t *testing.T) {
-	var syncs atomic.Int32
-	orig := syncDir
-	syncDir = func(dir string) error { syncs.Add(1); return orig(dir) }
-	t.Cleanup(func() { syncDir = orig })
-	exchanges := countExchanges(t, nil)
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noDirSync=%t", later), func(t *testing.T) {
+			var syncs atomic.Int32
+			orig := syncDir
+			syncDir = func(dir string) error { syncs.Add(1); return orig(dir) }
+			t.Cleanup(func() { syncDir = orig })
+			exchanges := countExchanges(t, nil)
 
-	dir := t.TempDir()
-	s := newTestStore(t, StoreConfig{Dir: dir})
-	spare := filepath.Join(dir, SpareFileName)
-	if err := s.Write(generation(1, 100)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(spare); !errors.Is(err, os.ErrNotExist) || exchanges.Load() != 0 {
-		t.Fatalf("the first write made a spare (%v) or exchanged (%d): it has nothing to exchange with", err, exchanges.Load())
-	}
-	inodes := map[uint64]bool{}
-	for gen := 2; gen <= 6; gen++ {
-		syncs.Store(0)
-		if err := s.WritePreparedNoDirSync(preparedGeneration(gen, 100*gen)); err != nil {
-			t.Fatal(err)
-		}
-		awaitDirSync(s) // as the next write does
-		if n := syncs.Load(); n != 1 {
-			t.Errorf("write %d through the spare synced the directory %d times, want 1", gen, n)
-		}
-		wantGeneration(t, s.Path(), gen)
-		old, err := os.ReadFile(spare)
-		if err != nil || genOf(t, old) != fmt.Sprint(gen-1) {
-			t.Fatalf("after write %d the spare does not hold write %d: %v", gen, gen-1, err)
-		}
-		if fi, err := os.Stat(s.Path()); err != nil || fi.Mode().Perm() != 0o600 {
-			t.Fatalf("checkpoint mode %v (%v), want 0600", fi.Mode(), err)
-		}
-		inodes[inode(t, s.Path())] = true
-	}
-	if len(inodes) != 2 || exchanges.Load() != 5 {
-		t.Errorf("five writes used %d files and %d exchanges, want 2 files and 5 exchanges", len(inodes), exchanges.Load())
-	}
-	if err := s.Remove(); err != nil {
-		t.Fatal(err)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-		t.Errorf("Remove left %v", entries)
+			dir := t.TempDir()
+			s := newTestStore(t, StoreConfig{Dir: dir})
+			spares := [2]string{filepath.Join(dir, SpareFileName), filepath.Join(dir, SecondSpareFileName)}
+			if err := s.Write(generation(1, 100)); err != nil {
+				t.Fatal(err)
+			}
+			for _, spare := range spares {
+				if _, err := os.Lstat(spare); !errors.Is(err, os.ErrNotExist) || exchanges.Load() != 0 {
+					t.Fatalf("the first write made a spare (%v) or exchanged (%d): it has nothing to exchange with", err, exchanges.Load())
+				}
+			}
+			inodes := map[uint64]bool{}
+			filled := 0
+			for gen := 2; gen <= 6; gen++ {
+				syncs.Store(0)
+				write := s.WritePrepared
+				if later {
+					write = s.WritePreparedNoDirSync
+					filled = 1 - filled
+				}
+				if err := write(preparedGeneration(gen, 100*gen)); err != nil {
+					t.Fatal(err)
+				}
+				awaitDirSync(s) // as the write that refills this spare does
+				if n := syncs.Load(); n != 1 {
+					t.Errorf("write %d through the spare synced the directory %d times, want 1", gen, n)
+				}
+				wantGeneration(t, s.Path(), gen)
+				old, err := os.ReadFile(spares[filled])
+				if err != nil || genOf(t, old) != fmt.Sprint(gen-1) {
+					t.Fatalf("after write %d the spare it filled (%s) does not hold write %d: %v", gen, filepath.Base(spares[filled]), gen-1, err)
+				}
+				if fi, err := os.Stat(s.Path()); err != nil || fi.Mode().Perm() != 0o600 {
+					t.Fatalf("checkpoint mode %v (%v), want 0600", fi.Mode(), err)
+				}
+				inodes[inode(t, s.Path())] = true
+			}
+			files := 2
+			if later {
+				files = 3
+			}
+			if len(inodes) != files || exchanges.Load() != 5 {
+				t.Errorf("five writes used %d files and %d exchanges, want %d files and 5 exchanges", len(inodes), exchanges.Load(), files)
+			}
+			if err := s.Remove(); err != nil {
+				t.Fatal(err)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("Remove left %v", entries)
+			}
+		})
 	}
 }
 
-// awaitDirSync waits, as every write does first, for a directory sync a write left running.
+// awaitDirSync waits, as writes do, for the directory syncs writes left running.
 func awaitDirSync(s *Store) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.awaitDirSync()
+	s.awaitDirSyncs()
 }
 
-// TestDirSyncLeftToAGoroutine: a write through the spare that did not ask for a directory
-// sync returns before the sync is done, and the next write, whichever kind, waits for it
-// before it touches the spare, which until then may still be the checkpoint on disk; Close
-// waits for it too. When that sync fails, the next write does not use the spare.
+// TestDirSyncLeftToAGoroutine: a write through a spare that did not ask for a directory sync
+// returns before the sync is done. A write that overwrites that spare, which until then may
+// still be the checkpoint on disk, waits for it first, whichever kind: the next write that
+// syncs the directory (it refills the spare the last write filled), or the write after next
+// that does not (the next one fills the other spare without waiting). Close waits for it too.
+// When that sync fails, the write that waited for it does not use a spare.
 func TestDirSyncLeftToAGoroutine(t *testing.T) {
 	for _, next := range []string{"WritePrepared", "WritePreparedNoDirSync", "Write", "Close"} {
 		for _, fail := range []bool{false, true} {
@@ -163,26 +183,57 @@ func TestDirSyncLeftToAGoroutine(t *testing.T) {
 				exchanges := countExchanges(t, nil)
 				dir := t.TempDir()
 				s := newTestStore(t, StoreConfig{Dir: dir})
+				var releaseOnce sync.Once
+				unblock := func() { releaseOnce.Do(func() { close(release) }) }
+				t.Cleanup(unblock) // before the store's Close, should the test fail with the sync blocked
 				for gen := 1; gen <= 3; gen++ {
 					must(t, s.WritePrepared(preparedGeneration(gen, 100)))
 				}
-				spare := filepath.Join(dir, SpareFileName)
 				block.Store(true)
 				must(t, s.WritePreparedNoDirSync(preparedGeneration(4, 100))) // returns with the sync blocked
 				<-syncing
 				block.Store(false)
+				// The write just made filled the second spare; the first still holds generation 2.
+				spare := filepath.Join(dir, SecondSpareFileName)
 				before, err := os.ReadFile(spare)
 				must(t, err)
+				unchanged := func(when string) {
+					t.Helper()
+					if now, err := os.ReadFile(spare); err != nil || !bytes.Equal(now, before) {
+						t.Fatalf("%s: the spare whose exchange is not yet synced changed (%v)", when, err)
+					}
+				}
+				gen := 5
+				if next == "WritePreparedNoDirSync" {
+					// The next write of the same kind fills the other spare and does not wait.
+					exchanges.Store(0)
+					done := make(chan error, 1)
+					go func() { done <- s.WritePreparedNoDirSync(preparedGeneration(gen, 100)) }()
+					select {
+					case err := <-done:
+						must(t, err)
+					case <-time.After(10 * time.Second):
+						unblock()
+						<-done
+						t.Fatal("a write asking for no directory sync waited for the other spare's sync")
+					}
+					unchanged("after the write that filled the other spare")
+					wantGeneration(t, s.Path(), gen)
+					if exchanges.Load() != 1 {
+						t.Errorf("the write that filled the other spare exchanged names %d times, want 1", exchanges.Load())
+					}
+					gen++
+				}
 				exchanges.Store(0)
 				done := make(chan error, 1)
 				go func() {
 					switch next {
 					case "WritePrepared":
-						done <- s.WritePrepared(preparedGeneration(5, 100))
+						done <- s.WritePrepared(preparedGeneration(gen, 100))
 					case "WritePreparedNoDirSync":
-						done <- s.WritePreparedNoDirSync(preparedGeneration(5, 100))
+						done <- s.WritePreparedNoDirSync(preparedGeneration(gen, 100))
 					case "Write":
-						done <- s.Write(generation(5, 100))
+						done <- s.Write(generation(gen, 100))
 					case "Close":
 						done <- s.Close()
 					}
@@ -192,15 +243,13 @@ func TestDirSyncLeftToAGoroutine(t *testing.T) {
 					t.Fatalf("%s returned (%v) while the directory sync still ran", next, err)
 				case <-time.After(50 * time.Millisecond):
 				}
-				if now, err := os.ReadFile(spare); err != nil || !bytes.Equal(now, before) {
-					t.Fatalf("the spare changed before the directory sync was done (%v)", err)
-				}
-				close(release)
+				unchanged("while the sync ran")
+				unblock()
 				must(t, <-done)
 				if next == "Close" {
 					return
 				}
-				wantGeneration(t, s.Path(), 5)
+				wantGeneration(t, s.Path(), gen)
 				if want := int32(1); fail {
 					if exchanges.Load() != 0 {
 						t.Errorf("after a failed directory sync the next write exchanged names %d times, want 0", exchanges.Load())
@@ -448,35 +497,50 @@ func TestReadWaitsForTheFilesWriter(t *testing.T) {
 	}
 }
 
-// TestSpareFoundAtStart: a new Store keeps the spare a previous one left, and does not write
-// into it before a write of its own has synced the directory: the previous Store may have
-// stopped right after exchanging it, before the exchange reached the disk.
+// TestSpareFoundAtStart: a new Store keeps the spares a previous one left, and does not write
+// into either before a write of its own has synced the directory: the previous Store may have
+// stopped right after exchanging one, before the exchange reached the disk.
 func TestSpareFoundAtStart(t *testing.T) {
 	exchanges := countExchanges(t, nil)
 	dir := t.TempDir()
-	spare := filepath.Join(dir, SpareFileName)
+	spares := []string{filepath.Join(dir, SpareFileName), filepath.Join(dir, SecondSpareFileName)}
 	first := newTestStore(t, StoreConfig{Dir: dir})
 	must(t, first.Write(generation(1, 100)))
 	must(t, first.Write(generation(2, 100)))
-	held, err := os.ReadFile(spare)
-	if err != nil || genOf(t, held) != "1" {
-		t.Fatalf("the first Store left no spare holding write 1 (%v)", err)
+	must(t, first.WritePreparedNoDirSync(preparedGeneration(3, 100))) // fills the second spare
+	must(t, first.Close())
+	var held [][]byte
+	for i, spare := range spares {
+		b, err := os.ReadFile(spare)
+		if want := fmt.Sprint(i + 1); err != nil || genOf(t, b) != want {
+			t.Fatalf("the first Store left no %s holding write %s (%v)", filepath.Base(spare), want, err)
+		}
+		held = append(held, b)
+	}
+	unchanged := func(when string) {
+		t.Helper()
+		for i, spare := range spares {
+			if got, err := os.ReadFile(spare); err != nil || !bytes.Equal(got, held[i]) {
+				t.Fatalf("%s: %s was removed or changed (%v)", when, filepath.Base(spare), err)
+			}
+		}
 	}
 
+	exchanges.Store(0)
 	s := newTestStore(t, StoreConfig{Dir: dir})
-	if got, err := os.ReadFile(spare); err != nil || !bytes.Equal(got, held) {
-		t.Fatalf("NewStore removed or changed the spare (%v)", err)
+	unchanged("NewStore")
+	must(t, s.WritePreparedNoDirSync(preparedGeneration(4, 100)))
+	must(t, s.WritePreparedNoDirSync(preparedGeneration(5, 100)))
+	unchanged("writes before a directory sync")
+	if exchanges.Load() != 0 {
+		t.Fatalf("the new Store exchanged names %d times before syncing the directory", exchanges.Load())
 	}
-	must(t, s.WritePreparedNoDirSync(preparedGeneration(3, 100)))
-	if got, err := os.ReadFile(spare); err != nil || !bytes.Equal(got, held) || exchanges.Load() != 1 {
-		t.Fatalf("the new Store wrote into the spare before syncing the directory (%d exchanges, %v)", exchanges.Load(), err)
-	}
-	must(t, s.Write(generation(4, 100)))
-	must(t, s.Write(generation(5, 100)))
-	if exchanges.Load() != 2 {
+	must(t, s.Write(generation(6, 100)))
+	must(t, s.Write(generation(7, 100)))
+	if exchanges.Load() != 1 {
 		t.Errorf("after a synced write the new Store did not use the spare (%d exchanges)", exchanges.Load())
 	}
-	wantGeneration(t, s.Path(), 5)
+	wantGeneration(t, s.Path(), 7)
 }
 
 // TestSpareWithAnotherMode: a spare of ours that is not mode 0600 (a kubelet's 0644

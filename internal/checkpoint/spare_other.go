@@ -10,7 +10,7 @@ import (
 
 // replaceViaSpare never writes outside Linux, which alone can exchange two names atomically:
 // every write there goes through a new temporary file.
-func (s *Store) replaceViaSpare(writeFunc, []*Entry, bool) (size, kept int64, done bool, err error) {
+func (s *Store) replaceViaSpare(writeFunc, []*Entry, int, bool) (size, kept int64, done bool, err error) {
 	return 0, 0, false, nil
 }
 

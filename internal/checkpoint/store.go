@@ -29,6 +29,12 @@ const (
 	// write replaced. Unlike the other temporary files, NewStore keeps it for later writes.
 	SpareFileName = tempPrefix + "spare"
 
+	// SecondSpareFileName is the spare that a write asking for no directory sync fills when
+	// the last write went through SpareFileName, and the other way round (see syncDirLater):
+	// it lets such a write go ahead while the directory sync of the write before it runs.
+	// NewStore keeps it too.
+	SecondSpareFileName = tempPrefix + "spare2"
+
 	// DirMode is the mode NewStore creates a missing directory with. It is
 	// the kubelet's: the directory is the device-plugin socket directory,
 	// which plugin processes must be able to traverse to reach kubelet.sock.
@@ -52,7 +58,7 @@ const (
 type Store struct {
 	dir        string
 	path       string
-	spare      string
+	spares     [2]string // SpareFileName and SecondSpareFileName
 	logger     klog.Logger
 	quarantine bool
 	plain      bool // StoreConfig.PlainWrites: never through the spare
@@ -72,17 +78,17 @@ type Store struct {
 	noExchange bool
 	spareSafe  bool
 	// checkpointHolds and spareHolds are what the Store knows the files at the checkpoint's
-	// and the spare's name hold, from its own Prepared writes; nil when it does not know. A
-	// write through the spare leaves in place what the spare already holds of the new file
+	// and at each spare's name hold, from its own Prepared writes; nil when it does not know.
+	// A write through a spare leaves in place what the spare already holds of the new file
 	// (see replaceViaSpare). Guarded by mu.
-	checkpointHolds, spareHolds *fileContent
-	// dirSyncing, when set, is closed once the directory sync that a write through the spare
-	// left to a goroutine (a write that did not ask for one, see WritePreparedNoDirSync) is
-	// done, and dirSyncErr is then that sync's error. Every write waits for it first (see
-	// awaitDirSync). Guarded by mu; dirSyncErr is written by the goroutine before it closes
-	// dirSyncing, and read after.
-	dirSyncing chan struct{}
-	dirSyncErr error
+	checkpointHolds *fileContent
+	spareHolds      [2]*fileContent
+	// lastSpare is the spare (0 or 1) the last write through a spare filled.
+	lastSpare int
+	// dirSyncs holds, per spare, the directory sync that a write through it left to a
+	// goroutine (a write that did not ask for one, see WritePreparedNoDirSync), until a write
+	// waits for it (see awaitDirSync). Guarded by mu.
+	dirSyncs [2]*pendingSync
 
 	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
 	releases sync.WaitGroup
@@ -126,7 +132,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		s.clock = clock.RealClock{}
 	}
 	s.path = filepath.Join(s.dir, FileName)
-	s.spare = filepath.Join(s.dir, SpareFileName)
+	s.spares = [2]string{filepath.Join(s.dir, SpareFileName), filepath.Join(s.dir, SecondSpareFileName)}
 	if err := os.MkdirAll(s.dir, DirMode); err != nil {
 		return nil, fmt.Errorf("checkpoint store: create directory: %w", err)
 	}
@@ -143,7 +149,7 @@ func (s *Store) removeStaleTemps() error {
 	}
 	removed := false
 	for _, e := range entries {
-		if e.Name() == SpareFileName {
+		if e.Name() == SpareFileName || e.Name() == SecondSpareFileName {
 			// Kept: removing it would free its blocks and sync the directory on the way to
 			// reading the checkpoint. A previous Store may have exchanged it just before it
 			// stopped, so until a directory sync it may still be the checkpoint on disk.
@@ -210,10 +216,12 @@ func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, tru
 // ever (written, fsynced and renamed, so a crash never leaves a partial
 // file), but until the directory is next synced, by any later Write or
 // WritePrepared, a crash may bring back the checkpoint this one replaced.
-// A write that reuses the spare (see Write) has the directory synced all the
-// same, since the next write overwrites the spare, which must by then not be
+// A write that reuses a spare (see Write) has the directory synced all the
+// same, since a later write overwrites that spare, which must by then not be
 // the checkpoint on disk, but on a goroutine, without waiting for it: the next
-// write, of any kind, waits for that sync before it starts. It is still the
+// write that overwrites that spare waits for the sync before it starts. The
+// next write of this kind fills the other spare (SecondSpareFileName), so it
+// waits only for the sync of the write before the last. It is still the
 // cheaper write.
 func (s *Store) WritePreparedNoDirSync(p *Prepared) error { return s.writePrepared(p, false) }
 
@@ -298,10 +306,17 @@ type replacement struct {
 // entries are the new file's entries when it is a Prepared file, nil otherwise. Callers hold
 // mu.
 func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (replacement, error) {
-	s.awaitDirSync()
+	later := !dirSync && fastPath(offLaterSync)
+	// A write that syncs the directory refills the spare the last one filled, which holds the
+	// most recent file the Store replaced; one that leaves its sync to a goroutine takes the
+	// other, whose exchange is one write older, and waits only for that exchange's sync.
+	spare := s.lastSpare
+	if later {
+		spare = 1 - spare
+	}
+	s.awaitDirSync(spare)
 	if !s.plain {
-		later := !dirSync && fastPath(offLaterSync)
-		size, kept, done, err := s.replaceViaSpare(write, entries, later)
+		size, kept, done, err := s.replaceViaSpare(write, entries, spare, later)
 		if done {
 			s.lastSize = size
 			if err != nil {
@@ -311,7 +326,7 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 			return replacement{viaSpare: true, dirSync: !later, dirSyncLater: later, kept: kept}, nil
 		}
 	}
-	s.checkpointHolds, s.spareHolds = nil, nil
+	s.checkpointHolds, s.spareHolds = nil, [2]*fileContent{}
 	var replaced *heldFile
 	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
 		replaced = holdFile(s.path)
@@ -335,45 +350,63 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 // manager calls it when it stops, so that no goroutine of its store outlives it.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	s.awaitDirSync()
+	s.awaitDirSyncs()
 	s.closed = true
 	s.mu.Unlock()
 	s.releases.Wait()
 	return nil
 }
 
-// syncDirLater syncs the directory on a goroutine (inline once the Store is closed), for
-// awaitDirSync to wait for. Callers hold mu.
-func (s *Store) syncDirLater() {
-	done := make(chan struct{})
-	s.dirSyncing = done
+// pendingSync is a directory sync running on a goroutine: done is closed once it is over, and
+// err is then its error (written before done is closed, read after).
+type pendingSync struct {
+	done chan struct{}
+	err  error
+}
+
+// syncDirLater syncs the directory on a goroutine (inline once the Store is closed), after an
+// exchange of the checkpoint with spare, for awaitDirSync(spare) to wait for: until that sync
+// is done the file now at the spare's name may still be the checkpoint on disk, so nothing
+// overwrites it. A write that asks for no sync fills the other spare, whose own exchange is
+// one write older: it waits only for that older sync, and this one runs beside it. Callers
+// hold mu.
+func (s *Store) syncDirLater(spare int) {
+	p := &pendingSync{done: make(chan struct{})}
+	s.dirSyncs[spare] = p
 	if s.closed {
-		s.dirSyncErr = syncDir(s.dir)
-		close(done)
+		p.err = syncDir(s.dir)
+		close(p.done)
 		return
 	}
 	s.releases.Add(1)
 	go func() {
 		defer s.releases.Done()
-		s.dirSyncErr = syncDir(s.dir)
-		close(done)
+		p.err = syncDir(s.dir)
+		close(p.done)
 	}()
 }
 
-// awaitDirSync waits for the directory sync syncDirLater started, if any. When it failed, the
-// exchange before it may not be on disk, so the spare may still be the checkpoint there: the
-// spare is not used again until a write's own directory sync succeeds. Callers hold mu.
-func (s *Store) awaitDirSync() {
-	if s.dirSyncing == nil {
+// awaitDirSync waits for the directory sync that syncDirLater started after the last exchange
+// with spare, if any. When it failed, that exchange may not be on disk, so the file at the
+// spare's name may still be the checkpoint there: no spare is used again until a write's own
+// directory sync succeeds. Callers hold mu.
+func (s *Store) awaitDirSync(spare int) {
+	p := s.dirSyncs[spare]
+	if p == nil {
 		return
 	}
-	<-s.dirSyncing
-	s.dirSyncing = nil
-	if err := s.dirSyncErr; err != nil {
-		s.dirSyncErr = nil
+	<-p.done
+	s.dirSyncs[spare] = nil
+	if p.err != nil {
 		s.spareSafe = false
-		s.logger.Error(err, "Directory sync after a checkpoint write failed; the next writes use new files", "path", s.path)
+		s.logger.Error(p.err, "Directory sync after a checkpoint write failed; the next writes use new files", "path", s.path)
 	}
+}
+
+// awaitDirSyncs waits for the directory syncs of both spares. Callers hold mu.
+func (s *Store) awaitDirSyncs() {
+	s.awaitDirSync(0)
+	s.awaitDirSync(1)
 }
 
 // releaseReplaced drops the reference holdFile took: on a goroutine for a file of
@@ -564,18 +597,21 @@ const readBusyAttempts = 100
 // errReadBusy is lockForRead's report that the file it was given is being overwritten.
 var errReadBusy = errors.New("checkpoint file is being replaced")
 
-// Remove deletes the checkpoint file, and the spare holding the checkpoint
+// Remove deletes the checkpoint file, and the spares holding the checkpoints
 // before it, and fsyncs the directory. A missing file is not an error. Errors
 // are *FileError.
 func (s *Store) Remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.awaitDirSync()
-	s.checkpointHolds, s.spareHolds = nil, nil
-	spareErr := os.Remove(s.spare)
+	s.awaitDirSyncs()
+	s.checkpointHolds, s.spareHolds = nil, [2]*fileContent{}
+	removedSpare := false
+	for _, spare := range s.spares {
+		removedSpare = os.Remove(spare) == nil || removedSpare
+	}
 	err := os.Remove(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		if spareErr != nil {
+		if !removedSpare {
 			return nil
 		}
 		err = nil

@@ -28,15 +28,17 @@ func sampleData() *Data {
 	}
 }
 
-// tempFiles lists the store's temporary files in dir, but for the spare, which a write
-// through it leaves on purpose (it holds the checkpoint that write replaced).
+// tempFiles lists the store's temporary files in dir, but for the spares, which writes
+// through them leave on purpose (each holds a checkpoint a write replaced).
 func tempFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	m, err := filepath.Glob(filepath.Join(dir, tempPrefix+"*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return slices.DeleteFunc(m, func(p string) bool { return filepath.Base(p) == SpareFileName })
+	return slices.DeleteFunc(m, func(p string) bool {
+		return filepath.Base(p) == SpareFileName || filepath.Base(p) == SecondSpareFileName
+	})
 }
 
 // newTestStore returns the Store for cfg, closed when the test ends: its goroutines (a
