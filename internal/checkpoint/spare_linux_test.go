@@ -262,10 +262,11 @@ func TestDirSyncLeftToAGoroutine(t *testing.T) {
 	}
 }
 
-// TestSpareRefused: whatever sits at the spare's name that is not a regular file of this
+// TestSpareRefused: whatever sits at a spare's name that is not a regular file of this
 // Store's with one name (a symlink, a directory, a FIFO, a file with a second name, a file
 // another writer holds) is left untouched, and the write goes through a new temporary file
-// instead.
+// instead: at SpareFileName for a write that syncs the directory, at SecondSpareFileName for
+// one that does not.
 func TestSpareRefused(t *testing.T) {
 	for name, plant := range map[string]func(t *testing.T, spare, victim string) func(){
 		"symlink":   func(t *testing.T, spare, victim string) func() { must(t, os.Symlink(victim, spare)); return nil },
@@ -283,24 +284,37 @@ func TestSpareRefused(t *testing.T) {
 		// After one write there is no spare yet; after three the spare is a file the Store
 		// wrote, which the planting removes first.
 		for _, writes := range []int{1, 3} {
-			t.Run(fmt.Sprintf("%s,writes=%d", name, writes), func(t *testing.T) { spareRefused(t, writes, plant) })
+			for _, second := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s,writes=%d,second=%t", name, writes, second), func(t *testing.T) { spareRefused(t, writes, second, plant) })
+			}
 		}
 	}
 }
 
 // spareRefused makes writes writes, replaces the spare with what plant puts there and checks
 // that the next write goes through a new temporary file and leaves it alone.
-func spareRefused(t *testing.T, writes int, plant func(t *testing.T, spare, victim string) func()) {
+func spareRefused(t *testing.T, writes int, second bool, plant func(t *testing.T, spare, victim string) func()) {
 	exchanges := countExchanges(t, nil)
 	dir := t.TempDir()
 	victim := filepath.Join(t.TempDir(), "victim")
 	must(t, os.WriteFile(victim, []byte("precious\n"), 0o600))
 	s := newTestStore(t, StoreConfig{Dir: dir})
-	for gen := 1; gen <= writes; gen++ {
-		must(t, s.Write(generation(gen, 100)))
+	must(t, s.Write(generation(1, 100)))
+	for gen := 2; gen <= writes; gen++ {
+		if second { // fill both spares, the second last but one
+			must(t, s.WritePreparedNoDirSync(preparedGeneration(gen, 100)))
+		} else {
+			must(t, s.Write(generation(gen, 100)))
+		}
 	}
+	awaitDirSync(s)
 	exchanges.Store(0)
 	spare := filepath.Join(dir, SpareFileName)
+	write := func() error { return s.Write(generation(writes+1, 100)) }
+	if second {
+		spare = filepath.Join(dir, SecondSpareFileName)
+		write = func() error { return s.WritePreparedNoDirSync(preparedGeneration(writes+1, 100)) }
+	}
 	if _, err := os.Lstat(spare); err == nil {
 		must(t, os.Remove(spare))
 	}
@@ -310,7 +324,7 @@ func spareRefused(t *testing.T, writes int, plant func(t *testing.T, spare, vict
 	planted, err := os.Lstat(spare)
 	must(t, err)
 	done := make(chan error, 1)
-	go func() { done <- s.Write(generation(writes+1, 100)) }()
+	go func() { done <- write() }()
 	select {
 	case err := <-done:
 		must(t, err)
