@@ -21,20 +21,22 @@ func Checks() []Result {
 	return out
 }
 
-// checkOrder is the execution order: the checks that need the first plugin process come
-// first, the ones that restart the manager or the plugin later, and the duplicate analysis,
-// which reads every registration of the run, last. Each check is declared beside its code.
+// checkOrder is the execution order. Checks 2 and 3 work on check 1's plugin process, which
+// nothing has disturbed yet, and check 8 on the process check 4 restarted the manager under
+// (each says so in its evidence); every other check starts from a state it sets up itself (a
+// fresh plugin process and manager probe, or in check 5 a fresh process with no manager), so
+// that no verdict carries another check's damage. Each check is declared beside its code.
 func checkOrder() []check {
 	return []check{
 		registrationCheck,
 		listAndWatchCheck,
 		allocateCheck,
+		duplicatesCheck,
 		streamCloseCheck,
 		managerRestartCheck,
 		idleCPUCheck,
 		healthCheck,
 		managerAbsentCheck,
 		sigtermCheck,
-		duplicatesCheck,
 	}
 }

@@ -25,7 +25,7 @@ func (r *runner) checkAllocate() (Status, []string) {
 			ev = append(ev, r.label(res)+line)
 		}
 	}
-	return st, ev
+	return st, append(ev, r.onFirstProcess())
 }
 
 // allocate runs check 3 on one resource's first registration.

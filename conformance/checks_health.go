@@ -16,10 +16,11 @@ func (r *runner) checkHealth() (Status, []string) {
 	if r.cfg.HealthTrigger == "" {
 		return Skip, []string{"not configured (--health-trigger, --health-restore)"}
 	}
-	ev, err := r.ensureRegistered()
-	if err != nil {
-		return Skip, []string{err.Error()}
+	first, bad := r.fresh()
+	if bad != nil {
+		return bad.status, bad.evidence
 	}
+	ev := []string{first}
 	// The first resource's devices: one health change shows the plugin's path to the manager.
 	res := r.resources[0]
 	if len(r.resources) > 1 {
@@ -52,14 +53,16 @@ func (r *runner) checkHealth() (Status, []string) {
 		return ""
 	}
 	for _, step := range []struct {
-		cmd, want string
-	}{{r.cfg.HealthTrigger, pluginapi.Unhealthy}, {r.cfg.HealthRestore, pluginapi.Healthy}} {
+		name, cmd, want string
+	}{{"health trigger", r.cfg.HealthTrigger, pluginapi.Unhealthy}, {"health restore", r.cfg.HealthRestore, pluginapi.Healthy}} {
 		if step.cmd == "" {
 			continue
 		}
 		t0 := time.Now()
 		if out, err := r.shell(step.cmd, res, dev); err != nil {
-			return Fail, append(ev, fmt.Sprintf("%q failed: %v: %s", step.cmd, err, out))
+			// The suite's own step: no verdict on the plugin can be reached.
+			return Error, append([]string{fmt.Sprintf("suite step %q (%q) failed after %s: %v: %s",
+				step.name, step.cmd, sinceStr(t0, time.Now()), err, out)}, ev...)
 		}
 		snap, ok := r.reg.waitFor(r.ctx, r.t.Health, func(s []regView) bool { return healthOf(s[cur.index]) == step.want })
 		if !ok {
@@ -77,9 +80,10 @@ var healthCheck = check{10, "health",
 	"the kubelet's genericDeviceUpdateCallback moves devices between healthy and unhealthy only when ListAndWatch sends a new list",
 	(*runner).checkHealth}
 
-// shell runs cmd with sh -c, telling it the resource, the device and the directory.
+// shell runs cmd with sh -c, telling it the resource, the device and the directory; it is
+// killed after Timings.Command.
 func (r *runner) shell(cmd, resource, dev string) (string, error) {
-	ctx, cancel := context.WithTimeout(r.ctx, r.t.Health)
+	ctx, cancel := context.WithTimeout(r.ctx, r.t.Command)
 	defer cancel()
 	c := exec.CommandContext(ctx, "sh", "-c", cmd)
 	c.Env = append(os.Environ(), "KDM_CONFORMANCE_RESOURCE="+resource, "KDM_CONFORMANCE_DEVICE="+dev, "KDM_CONFORMANCE_DIR="+r.cfg.Dir)
@@ -88,33 +92,48 @@ func (r *runner) shell(cmd, resource, dev string) (string, error) {
 }
 
 func (r *runner) checkDuplicates() (Status, []string) {
+	first, bad := r.fresh()
+	if bad != nil {
+		return bad.status, bad.evidence
+	}
 	snap := r.reg.snapshot()
+	var ev, watched []string
+	for _, w := range r.windows {
+		watched = append(watched, fmt.Sprintf("%s: %d Register calls, watched %s from the first until none came for %v",
+			w.who, w.to-w.from, sinceStr(w.start, w.quiet), r.t.Settle))
+		ev = append(ev, duplicatesIn(snap[w.from:w.to])...)
+	}
+	watched = append(watched, first)
+	if len(ev) > 0 {
+		return Warn, append(ev, watched...)
+	}
+	return Pass, append([]string{"no duplicate registrations at start"}, watched...)
+}
+
+// duplicatesIn lists the Register calls of regs (one watched start-up) that came while the
+// same process's previous registration of the same resource with the same manager still
+// streamed, with the time between the two.
+func duplicatesIn(regs []regView) []string {
 	var ev []string
-	for i, b := range snap {
-		// a is the previous Register of the same resource from the same process to the same
-		// manager instance.
+	for i, b := range regs {
 		for j := i - 1; j >= 0; j-- {
-			a := snap[j]
-			if a.generation != b.generation || a.process != b.process || a.req.ResourceName != b.req.ResourceName {
+			a := regs[j]
+			if a.generation != b.generation || a.process != b.process || a.pid != b.pid || a.req.ResourceName != b.req.ResourceName {
 				continue
 			}
 			if a.accepted() && (a.closedAt.IsZero() || a.closedAt.After(b.at)) &&
 				(a.streamEnd.IsZero() || a.streamEnd.After(b.at)) {
-				ev = append(ev, fmt.Sprintf("Register #%d for %q came %s after #%d while the first connection was still streaming",
-					i+1, b.req.ResourceName, sinceStr(a.at, b.at), j+1))
+				ev = append(ev, fmt.Sprintf("Register #%d for %q came %s after #%d (both from pid %d) while the first connection was still streaming",
+					b.index+1, b.req.ResourceName, sinceStr(a.at, b.at), a.index+1, b.pid))
 			}
 			break
 		}
 	}
-	total := fmt.Sprintf("%d Register calls in the run", len(snap))
-	if len(ev) > 0 {
-		return Warn, append(ev, total)
-	}
-	return Pass, []string{"no duplicate registrations; " + total}
+	return ev
 }
 
 // duplicatesCheck is check 7, run by checkDuplicates above.
 var duplicatesCheck = check{7, "duplicate-registration",
-	"no duplicate Register calls in a row (WARN)",
+	"no duplicate Register calls in a row while the first still streams, watched at check 1's start and at a fresh start of its own until none came for 1s (WARN)",
 	"the kubelet's connectClient overwrites the client of a re-registered resource and leaves the old stream open; when that old stream ends, runClient disconnects the new client, marking the resource's devices unhealthy",
 	(*runner).checkDuplicates}

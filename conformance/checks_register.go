@@ -14,15 +14,14 @@ import (
 
 func (r *runner) checkRegistration() (Status, []string) {
 	start := time.Now()
-	snap, ok := r.reg.waitFor(r.ctx, r.t.Register, func(s []regView) bool { return len(s) > 0 })
-	if !ok {
+	if _, ok := r.reg.waitFor(r.ctx, r.t.Register, func(s []regView) bool { return len(s) > 0 }); !ok {
 		ev := []string{fmt.Sprintf("no Register call within %v of start", r.t.Register)}
 		if !r.proc.alive() {
 			ev = append(ev, "the plugin exited: "+r.proc.exitStatus())
 		}
 		return Fail, ev
 	}
-	snap = r.settle(snap)
+	snap := r.settle(0)
 	// Group the calls by resource, in the order of each resource's first call.
 	var names []string
 	byName := map[string][]regView{}
@@ -124,7 +123,7 @@ func (r *runner) checkListAndWatch() (Status, []string) {
 			ev = append(ev, lbl+p)
 		}
 	}
-	return st, ev
+	return st, append(ev, r.onFirstProcess())
 }
 
 // listAndWatchCheck is check 2, run by checkListAndWatch above.

@@ -33,17 +33,22 @@ type Timings struct {
 	// ManagerDelay is how long the manager stays absent after the plugin starts (check 5).
 	// Default 3s.
 	ManagerDelay time.Duration
-	// StreamCloseWindow is how long the plugin is watched after its stream is closed (check 6).
-	// Default 3s.
+	// StreamCloseWindow is how long the plugin is watched after its stream is closed (check 6):
+	// a plugin that stops serving within it fails. Default 5s.
 	StreamCloseWindow time.Duration
 	// CPUWindow is the idle window measured after a restart (check 8). Default 10s.
 	CPUWindow time.Duration
-	// CPULimit is the largest idle CPU use that passes, as a fraction of one core. Default 0.05.
+	// CPULimit is the budget of check 8: the CPU seconds the plugin's process tree may use
+	// per second of its own run (time spent waiting for a CPU held by other work not
+	// counted); at or above it the check fails. Default 0.05.
 	CPULimit float64
 	// Term bounds the exit after SIGTERM (check 9). Default 5s.
 	Term time.Duration
 	// Health bounds a health change reaching the manager (check 10). Default 5s.
 	Health time.Duration
+	// Command bounds each --health-trigger and --health-restore command; one killed at this
+	// bound makes check 10 an ERROR. Default 30s.
+	Command time.Duration
 	// RPC bounds each Allocate, GetPreferredAllocation and PreStartContainer call (check 3).
 	// Default 10s.
 	RPC time.Duration
@@ -52,8 +57,8 @@ type Timings struct {
 // DefaultTimings are the bounds of the check list.
 func DefaultTimings() Timings {
 	return Timings{Register: 5 * time.Second, RegisterWarn: 15 * time.Second, Settle: time.Second, FirstList: 5 * time.Second,
-		ManagerDelay: 3 * time.Second, StreamCloseWindow: 3 * time.Second, CPUWindow: 10 * time.Second,
-		CPULimit: 0.05, Term: 5 * time.Second, Health: 5 * time.Second, RPC: 10 * time.Second}
+		ManagerDelay: 3 * time.Second, StreamCloseWindow: 5 * time.Second, CPUWindow: 10 * time.Second,
+		CPULimit: 0.05, Term: 5 * time.Second, Health: 5 * time.Second, Command: 30 * time.Second, RPC: 10 * time.Second}
 }
 
 // durations lists t's duration fields with their names and defaults, in declaration order.
@@ -62,7 +67,7 @@ func (t *Timings) durations() []timing {
 	return []timing{{"Register", &t.Register, d.Register}, {"RegisterWarn", &t.RegisterWarn, d.RegisterWarn},
 		{"Settle", &t.Settle, d.Settle}, {"FirstList", &t.FirstList, d.FirstList}, {"ManagerDelay", &t.ManagerDelay, d.ManagerDelay},
 		{"StreamCloseWindow", &t.StreamCloseWindow, d.StreamCloseWindow}, {"CPUWindow", &t.CPUWindow, d.CPUWindow},
-		{"Term", &t.Term, d.Term}, {"Health", &t.Health, d.Health}, {"RPC", &t.RPC, d.RPC}}
+		{"Term", &t.Term, d.Term}, {"Health", &t.Health, d.Health}, {"Command", &t.Command, d.Command}, {"RPC", &t.RPC, d.RPC}}
 }
 
 // timing is one duration field of Timings.

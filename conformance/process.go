@@ -28,17 +28,16 @@ type pluginProcess struct {
 	out    io.Writer // the plugin's stdout and stderr
 	stderr *tailBuffer
 	// onExit, if set, is called (without p.mu held) once per instance after it exited, with
-	// its PID, how it ended and whether the suite had signalled or killed it.
-	onExit func(pid int, status string, expected bool)
+	// its PID, when it started, how it ended and whether the suite had signalled or killed it.
+	onExit func(pid int, started time.Time, status string, expected bool)
 
-	mu        sync.Mutex
-	starts    int
-	cmd       *exec.Cmd
-	done      chan struct{} // closed when the current process has exited
-	exitErr   error         // the current process's Wait error, once done
-	exitAt    time.Time
-	leaders   map[int]bool  // every instance's PID (its process group's ID): whether the suite signalled or killed it
-	exitedCPU time.Duration // user and system time of the exited instances and their reaped children
+	mu      sync.Mutex
+	starts  int
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the current process has exited
+	exitErr error         // the current process's Wait error, once done
+	exitAt  time.Time
+	leaders map[int]bool // every instance's PID (its process group's ID): whether the suite signalled or killed it
 }
 
 // start runs a new instance of the command. The previous one must have exited.
@@ -64,19 +63,16 @@ func (p *pluginProcess) start() error {
 		p.leaders = map[int]bool{}
 	}
 	p.leaders[cmd.Process.Pid] = false
-	done := p.done
+	done, started := p.done, time.Now()
 	go func() {
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.exitErr, p.exitAt = err, time.Now()
-		if st := cmd.ProcessState; st != nil {
-			p.exitedCPU += st.UserTime() + st.SystemTime()
-		}
 		status, expected := exitString(err), p.leaders[cmd.Process.Pid]
 		p.mu.Unlock()
 		close(done)
 		if p.onExit != nil {
-			p.onExit(cmd.Process.Pid, status, expected)
+			p.onExit(cmd.Process.Pid, started, status, expected)
 		}
 	}()
 	return nil
@@ -185,41 +181,6 @@ func (p *pluginProcess) kill(timeout time.Duration) {
 	}
 }
 
-// cpuTime returns the CPU time (user and system) used so far by every instance of the plugin:
-// the exited instances' (with the children they reaped), and the live processes' in the
-// current process's group, each with the children it reaped (a restart loop's shell holds
-// the time of the plugin processes it restarted). The time of a process reaped outside the
-// group (an orphan reaped by init) is lost, so the total can shrink: callers compare two
-// readings and report a decrease as unmeasurable.
-func (p *pluginProcess) cpuTime() (time.Duration, error) {
-	pgid := p.pid()
-	if pgid == 0 {
-		return 0, errors.New("plugin process not started")
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, fmt.Errorf("reading /proc: %w", err)
-	}
-	var ticks int64
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // exited meanwhile
-		}
-		st, ok := parseStat(b)
-		if ok && st.pgrp == pgid {
-			ticks += st.ticks
-		}
-	}
-	p.mu.Lock()
-	exited := p.exitedCPU
-	p.mu.Unlock()
-	return exited + time.Duration(ticks)*time.Second/clockTicks, nil
-}
-
 // procStat is what the suite reads from /proc/PID/stat.
 type procStat struct {
 	state     byte
@@ -227,10 +188,12 @@ type procStat struct {
 	pgrp      int
 	ticks     int64 // utime + stime + cutime + cstime
 	startTime int64 // clock ticks after boot
+	exitCode  int   // a zombie's wait status (field 52, Linux 3.5 and later)
+	hasExit   bool  // whether the line has field 52
 }
 
 // parseStat extracts the state (field 3), parent (4), process group (5), utime, stime, cutime
-// and cstime (14 to 17) and start time (22) from a /proc/PID/stat line. The command name
+// and cstime (14 to 17), start time (22) and, when present, the exit code (52) from a /proc/PID/stat line. The command name
 // (field 2) may hold spaces and parentheses, so fields are counted after its last ')'.
 func parseStat(b []byte) (procStat, bool) {
 	i := bytes.LastIndexByte(b, ')')
@@ -260,6 +223,11 @@ func parseStat(b []byte) (procStat, bool) {
 	if st.startTime, err = strconv.ParseInt(f[22-3], 10, 64); err != nil {
 		return procStat{}, false
 	}
+	if len(f) > 52-3 {
+		if code, err := strconv.Atoi(f[52-3]); err == nil {
+			st.exitCode, st.hasExit = code, true
+		}
+	}
 	return st, true
 }
 
@@ -279,44 +247,4 @@ func isClosed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// tailBuffer keeps the last tailBytes bytes written to it. It is safe for concurrent use.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-// tailBytes is how much of the plugin's stderr the suite keeps.
-const tailBytes = 16 << 10
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if over := len(t.buf) - tailBytes; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(b), nil
-}
-
-// lines returns up to n lines that tell why a process ended: from the last line that starts
-// a Go panic or fatal error, if the tail holds one, else the last n non-blank lines. Nil
-// when nothing was written.
-func (t *tailBuffer) lines(n int) []string {
-	t.mu.Lock()
-	text := string(t.buf)
-	t.mu.Unlock()
-	var all []string
-	for _, l := range strings.Split(text, "\n") {
-		if l = strings.TrimRight(l, " \t\r"); l != "" {
-			all = append(all, l)
-		}
-	}
-	for i := len(all) - 1; i >= 0; i-- {
-		if strings.HasPrefix(all[i], "panic: ") || strings.HasPrefix(all[i], "fatal error: ") {
-			return all[i:min(len(all), i+n)]
-		}
-	}
-	return all[max(0, len(all)-n):]
 }

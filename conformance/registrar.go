@@ -148,20 +148,6 @@ func (r *registrar) stop() {
 	_ = os.Remove(filepath.Join(r.dir, kubeletSocketName))
 }
 
-// running reports whether Registration is served.
-func (r *registrar) running() bool {
-	r.life.Lock()
-	defer r.life.Unlock()
-	return r.server != nil
-}
-
-// currentGeneration is the number of starts so far.
-func (r *registrar) currentGeneration() int {
-	r.life.Lock()
-	defer r.life.Unlock()
-	return r.generation
-}
-
 type registrationService struct {
 	pluginapi.UnimplementedRegistrationServer
 	r          *registrar

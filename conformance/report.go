@@ -14,12 +14,16 @@ import (
 type Status string
 
 // The verdicts, from best to worst. SKIP is a check that did not apply (an optional check not
-// configured, or one whose precondition failed in an earlier check).
+// configured, or one whose precondition failed in an earlier check). ERROR is a check whose
+// verdict the suite could not reach because a step of its own failed (a health trigger
+// command killed, the manager probe not starting); its evidence names the step. It says
+// nothing about the plugin.
 const (
-	Pass Status = "PASS"
-	Warn Status = "WARN"
-	Fail Status = "FAIL"
-	Skip Status = "SKIP"
+	Pass  Status = "PASS"
+	Warn  Status = "WARN"
+	Fail  Status = "FAIL"
+	Skip  Status = "SKIP"
+	Error Status = "ERROR"
 )
 
 // SchemaVersion is the version of the JSON report layout (see docs/conformance.md).
@@ -69,9 +73,31 @@ func (r *Report) Failed() bool {
 	return false
 }
 
+// Errored reports whether any check ended in ERROR.
+func (r *Report) Errored() bool {
+	for _, c := range r.Checks {
+		if c.Status == Error {
+			return true
+		}
+	}
+	return false
+}
+
+// ExitCode is the exit status of `kdm conformance` for the report: 1 when a check failed
+// (whatever else), 3 when none failed but one ended in ERROR, else 0.
+func (r *Report) ExitCode() int {
+	switch {
+	case r.Failed():
+		return 1
+	case r.Errored():
+		return 3
+	}
+	return 0
+}
+
 // Counts returns how many checks ended with each status.
 func (r *Report) Counts() map[Status]int {
-	n := map[Status]int{Pass: 0, Warn: 0, Fail: 0, Skip: 0}
+	n := map[Status]int{Pass: 0, Warn: 0, Fail: 0, Skip: 0, Error: 0}
 	for _, c := range r.Checks {
 		n[c.Status]++
 	}
@@ -115,8 +141,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Resources) > 1 {
 		res = "resources " + quoteList(r.Resources)
 	}
-	_, err := fmt.Fprintf(w, "\n%d passed, %d warnings, %d failed, %d skipped in %s (%s, directory %s)\n",
-		n[Pass], n[Warn], n[Fail], n[Skip], fmtDuration(r.Duration), res, r.Dir)
+	errs := ""
+	if n[Error] > 0 {
+		errs = fmt.Sprintf(", %d errors (the suite's own step failed)", n[Error])
+	}
+	_, err := fmt.Fprintf(w, "\n%d passed, %d warnings, %d failed, %d skipped%s in %s (%s, directory %s)\n",
+		n[Pass], n[Warn], n[Fail], n[Skip], errs, fmtDuration(r.Duration), res, r.Dir)
 	return err
 }
 
@@ -141,7 +171,7 @@ type jsonReport struct {
 // WriteJSON writes the report as one indented JSON document; docs/conformance.md describes it.
 func (r *Report) WriteJSON(w io.Writer) error {
 	out := jsonReport{SchemaVersion: SchemaVersion, Report: r, DurationSeconds: round3(r.Duration),
-		Summary: r.Counts(), Passed: !r.Failed()}
+		Summary: r.Counts(), Passed: r.ExitCode() == 0}
 	if r.Resources == nil {
 		rc := *r
 		rc.Resources = []string{}
@@ -171,6 +201,7 @@ type junitSuite struct {
 	Name     string      `xml:"name,attr"`
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
+	Errors   int         `xml:"errors,attr"`
 	Skipped  int         `xml:"skipped,attr"`
 	Time     string      `xml:"time,attr"`
 	Cases    []junitCase `xml:"testcase"`
@@ -181,6 +212,7 @@ type junitCase struct {
 	ClassName string        `xml:"classname,attr"`
 	Time      string        `xml:"time,attr"`
 	Failure   *junitMessage `xml:"failure,omitempty"`
+	Error     *junitMessage `xml:"error,omitempty"`
 	Skipped   *junitMessage `xml:"skipped,omitempty"`
 	SystemOut string        `xml:"system-out,omitempty"`
 }
@@ -191,11 +223,11 @@ type junitMessage struct {
 }
 
 // WriteJUnit writes the report as JUnit XML: one testsuite "kdm conformance", one testcase per
-// check. FAIL is a failure, SKIP is skipped, and a WARN passes with its evidence, prefixed
+// check. FAIL is a failure, ERROR an error, SKIP is skipped, and a WARN passes with its evidence, prefixed
 // "WARN:", in system-out so that CI shows it without failing the build.
 func (r *Report) WriteJUnit(w io.Writer) error {
 	n := r.Counts()
-	suite := junitSuite{Name: "kdm conformance", Tests: len(r.Checks), Failures: n[Fail], Skipped: n[Skip],
+	suite := junitSuite{Name: "kdm conformance", Tests: len(r.Checks), Failures: n[Fail], Errors: n[Error], Skipped: n[Skip],
 		Time: fmt.Sprintf("%.3f", r.Duration.Seconds())}
 	for _, c := range r.Checks {
 		tc := junitCase{Name: fmt.Sprintf("%02d %s", c.ID, c.Name), ClassName: "kdm.conformance",
@@ -208,6 +240,8 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		switch c.Status {
 		case Fail:
 			tc.Failure = &junitMessage{Message: msg, Text: text}
+		case Error:
+			tc.Error = &junitMessage{Message: msg, Text: text}
 		case Skip:
 			tc.Skipped = &junitMessage{Message: msg}
 		case Warn:

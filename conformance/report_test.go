@@ -102,7 +102,7 @@ func TestStderrLines(t *testing.T) {
 	if got := big.lines(1); len(got) != 1 || got[0] != "last" {
 		t.Errorf("after a long write: %q", got)
 	}
-	if len(big.buf) > tailBytes {
-		t.Errorf("tail holds %d bytes, want at most %d", len(big.buf), tailBytes)
+	if big.size > tailBytes {
+		t.Errorf("tail holds %d bytes, want at most %d", big.size, tailBytes)
 	}
 }

@@ -44,6 +44,22 @@ type runner struct {
 	first map[string]int
 	// restartedAt is when check 4 stopped the manager probe (zero before).
 	restartedAt time.Time
+	// restartedPID is the plugin process check 4 restarted the manager under (check 8
+	// measures it).
+	restartedPID int
+	// checkID is the check running.
+	checkID int
+	// windows are the start-ups watched until no Register came for Settle (check 1's and
+	// each fresh start's); check 7 judges the Register calls inside them.
+	windows []settled
+}
+
+// settled is one watched start-up: the registrations at indexes from to to-1, the first of
+// them at start, and when the watch ended.
+type settled struct {
+	who          string
+	from, to     int
+	start, quiet time.Time
 }
 
 // Run starts the manager probe and the plugin, runs every check in the order that keeps one
@@ -92,6 +108,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			res.Status, res.Evidence = Skip, []string{"run cancelled: " + ctx.Err().Error()}
 		} else {
 			mark := r.wd.count()
+			r.checkID = c.id
 			res.Status, res.Evidence = c.run(r)
 			r.wd.poll()
 			if res.Status != Skip {
@@ -147,10 +164,12 @@ func (r *runner) label(resource string) string {
 }
 
 // settle waits until no Register call has come for Settle, but no longer than Register after
-// the first one, and returns the registrations then: what a plugin registers as it starts
-// (every resource, and any duplicate) is seen before a check disturbs it.
-func (r *runner) settle(snap []regView) []regView {
-	limit := snap[0].at.Add(r.t.Register)
+// the call at index from, and returns the registrations from that index on: what a plugin
+// registers as it starts (every resource, and any duplicate) is seen before a check disturbs
+// it. The watch is kept for check 7.
+func (r *runner) settle(from int) []regView {
+	snap := r.reg.snapshot()
+	limit := snap[from].at.Add(r.t.Register)
 	for {
 		n := len(snap)
 		until := snap[n-1].at.Add(r.t.Settle)
@@ -159,24 +178,17 @@ func (r *runner) settle(snap []regView) []regView {
 		}
 		d := time.Until(until)
 		if d <= 0 {
-			return snap
+			break
 		}
 		var more bool
 		snap, more = r.reg.waitFor(r.ctx, d, func(s []regView) bool { return len(s) > n })
 		if !more {
-			return snap
+			break
 		}
 	}
-}
-
-// waitAccepted waits up to timeout for an accepted registration of resource at index >= from
-// and returns it.
-func (r *runner) waitAccepted(from int, resource string, timeout time.Duration) (regView, bool) {
-	snap, ok := r.reg.waitFor(r.ctx, timeout, func(s []regView) bool { return acceptedFrom(s, from, resource) >= 0 })
-	if !ok {
-		return regView{}, false
-	}
-	return snap[acceptedFrom(snap, from, resource)], true
+	r.windows = append(r.windows, settled{who: fmt.Sprintf("start of pid %d (check %d)", r.proc.pid(), r.checkID),
+		from: from, to: len(snap), start: snap[from].at, quiet: time.Now()})
+	return snap[from:]
 }
 
 // waitAllAccepted waits up to timeout for an accepted registration at index >= from of every
@@ -247,51 +259,62 @@ func (r *runner) lastAccepted(resource string) (regView, bool) {
 // errNoRegistration is the SKIP reason of the checks that need check 1's registration.
 var errNoRegistration = errors.New("no accepted registration (check 1)")
 
-// ensureRegistered makes sure the manager probe runs, the plugin runs and every resource of
-// check 1 has a live registration, restarting the plugin if it has exited (as a restart loop
-// would). It returns the check's first evidence, a note when it had to act (nil when it did
-// not), and an error when the plugin cannot be brought back.
-func (r *runner) ensureRegistered() (ev []string, err error) {
-	if len(r.resources) == 0 {
-		return nil, errNoRegistration
-	}
-	if !r.reg.running() {
-		if err := r.reg.start(); err != nil {
-			return nil, err
-		}
-	}
-	if r.proc.alive() {
-		if r.allRegisteredNow() {
-			return nil, nil
-		}
-		if _, missing := r.waitAllAccepted(len(r.reg.snapshot()), r.t.Register); len(missing) == 0 {
-			return nil, nil
-		}
-		// Alive but not registered: restart it as a supervisor would.
-		r.proc.kill(5 * time.Second)
-	}
-	status := r.proc.exitStatus()
-	from := len(r.reg.snapshot())
-	if err := r.proc.start(); err != nil {
-		return nil, err
-	}
-	if _, missing := r.waitAllAccepted(from, r.t.Register); len(missing) > 0 {
-		return nil, fmt.Errorf("the plugin (%s) was restarted to continue but did not register %s within %v",
-			status, quoteList(missing), r.t.Register)
-	}
-	return []string{fmt.Sprintf("the plugin had stopped serving (%s); restarted it to continue", status)}, nil
+// setup is what fresh reports when it cannot give a check its starting state: the check's
+// verdict (SKIP without check 1's registration, FAIL when the plugin does not register,
+// ERROR when the suite's own step failed) and the evidence.
+type setup struct {
+	status   Status
+	evidence []string
 }
 
-// allRegisteredNow reports whether every resource's latest accepted registration came from
-// the current plugin instance to the current manager probe.
-func (r *runner) allRegisteredNow() bool {
-	for _, res := range r.resources {
-		v, ok := r.lastAccepted(res)
-		if !ok || v.process != r.proc.count() || v.generation != r.reg.currentGeneration() {
-			return false
+// fresh gives a check its own starting state, whatever earlier checks did: it ends the
+// plugin process and the manager probe, starts the probe afresh (which removes every socket,
+// as the kubelet's start does), starts a new plugin process, waits for every resource of
+// check 1 to register and then, as check 1 does, until no Register call has come for Settle
+// (so that a late duplicate is not raced by the check's first step). It returns the check's
+// first line of evidence, naming the new process.
+func (r *runner) fresh() (string, *setup) {
+	if len(r.resources) == 0 {
+		return "", &setup{Skip, []string{errNoRegistration.Error()}}
+	}
+	r.proc.kill(5 * time.Second)
+	r.reg.stop()
+	if err := r.reg.start(); err != nil {
+		return "", &setup{Error, []string{"suite step \"start the manager probe\" failed: " + err.Error()}}
+	}
+	from := len(r.reg.snapshot())
+	started := time.Now()
+	if err := r.proc.start(); err != nil {
+		return "", &setup{Error, []string{"suite step \"start a fresh plugin process\" failed: " + err.Error()}}
+	}
+	pid := r.proc.pid()
+	got, missing := r.waitAllAccepted(from, r.t.Register)
+	if len(missing) > 0 {
+		msg := fmt.Sprintf("a fresh plugin process (pid %d) did not register %s within %v of its start", pid, quoteList(missing), r.t.Register)
+		if !r.proc.alive() {
+			msg += "; it exited: " + r.proc.exitStatus()
+		}
+		return "", &setup{Fail, []string{msg}}
+	}
+	last := started
+	for _, v := range got {
+		if v.at.After(last) {
+			last = v.at
 		}
 	}
-	return true
+	r.settle(from)
+	return fmt.Sprintf("from a fresh plugin process (pid %d), registered %s after its start", pid, sinceStr(started, last)), nil
+}
+
+// onFirstProcess is the dependency line of checks 2 and 3, which work on check 1's
+// registrations from the plugin's first process, before any check disturbs it.
+func (r *runner) onFirstProcess() string {
+	snap := r.reg.snapshot()
+	pid := 0
+	if i, ok := r.first[r.resources[0]]; ok {
+		pid = snap[i].pid
+	}
+	return fmt.Sprintf("depends on check 1: its registration by the first plugin process (pid %d), undisturbed", pid)
 }
 
 // quoteList formats names as "a", "b".
@@ -303,10 +326,10 @@ func quoteList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// worse returns the worse of two verdicts of one check: FAIL over WARN over PASS over SKIP
-// (a check that applied to one resource and not another passed).
+// worse returns the worse of two verdicts of one check: FAIL over ERROR over WARN over PASS
+// over SKIP (a check that applied to one resource and not another passed).
 func worse(a, b Status) Status {
-	rank := map[Status]int{Skip: 0, Pass: 1, Warn: 2, Fail: 3}
+	rank := map[Status]int{Skip: 0, Pass: 1, Warn: 2, Error: 3, Fail: 4}
 	if rank[b] > rank[a] {
 		return b
 	}

@@ -25,12 +25,16 @@ const isolatedEnv = "KDM_CONFORMANCE_ISOLATED_DIR"
 const conformanceAbout = `Starts the device plugin command, plays the kubelet's device manager against it on a temporary
 device-plugin directory, and runs the conformance checks (registration, ListAndWatch, Allocate,
 manager restart, manager absent at start, stream close, duplicate registrations, idle CPU,
-SIGTERM, health), each resource of a plugin that serves several apart. A plugin process that
-dies fails the check during which it died, with its last stderr lines as evidence; under a WARN
-or FAIL the table shows the kubelet behaviour the verdict rests on (docs/conformance.md).
+SIGTERM, health), each resource of a plugin that serves several apart, each check from a fresh
+plugin process unless it names the check it depends on. A plugin process that dies (a restart
+loop's children included, registered or not) fails the check during which it died, with its
+PID, exit status and the stderr lines it wrote as evidence; under a WARN or FAIL the table
+shows the kubelet behaviour the verdict rests on (docs/conformance.md). A check whose own step
+failed (a health trigger command killed) is ERROR, not FAIL.
 The plugin learns the directory through --dir-flag, --dir-env, a "{dir}"
 argument, or, for plugins that hard-code /var/lib/kubelet/device-plugins, --isolate (root).
-Exit status: 0 when no check fails, 1 when one does, 2 on usage or set-up errors.`
+Exit status: 0 when no check fails, 1 when one does, 3 when none fails but one is ERROR,
+2 on usage or set-up errors.`
 
 func runConformance(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("kdm conformance", "kdm conformance [flags] -- PLUGIN-COMMAND [ARGS...]", conformanceAbout, stdout, stderr)
@@ -130,10 +134,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if rep.Failed() {
-		return 1
-	}
-	return 0
+	return rep.ExitCode()
 }
 
 func writeJUnit(path string, rep *conformance.Report) error {

@@ -19,6 +19,14 @@
 //	                      every time
 //	panic-after-stream-close  once the manager has closed its stream, panics with "send on
 //	                      closed channel" right after its next re-registration (a manager restart)
+//	exit-before-register  when kubelet.sock is absent at start, retries for 1s, then writes
+//	                      "Cannot register to kubelet service" and exits 1 without having
+//	                      registered (seen with Intel's GPU plugin; run it under a restart loop)
+//	stop-serving-after-close  1.5s after the manager closed its stream, stops serving its
+//	                      socket and never registers again, but keeps running (seen with Intel's
+//	                      GPU plugin: it stopped serving 2.6s after the close)
+//
+// The CPU burner under a loaded machine is spin, run while other processes load every CPU.
 package main
 
 import (
@@ -75,6 +83,14 @@ func run() error {
 		if inode(kubeletSock) == "" {
 			return fmt.Errorf("kubelet socket %s not found", kubeletSock)
 		}
+	case "exit-before-register":
+		for deadline := time.Now().Add(time.Second); inode(kubeletSock) == ""; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				fmt.Fprintf(os.Stderr, "Cannot register to kubelet service: %s not found after 1s\n", kubeletSock)
+				os.Exit(1)
+			}
+		}
+	case "stop-serving-after-close":
 	case "exit-on-stream-close":
 		faults.ExitOnStreamClose = true
 	case "fixed-dir":
@@ -150,11 +166,20 @@ func run() error {
 	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	var stopServing <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-stopServing:
+			fmt.Fprintln(os.Stderr, "faultplugin: stopped serving its socket; still running")
+			p.Stop()
+			<-ctx.Done() // alive, serving nothing, never registering again
+			return nil
 		case <-tick.C:
+			if *fault == "stop-serving-after-close" && stopServing == nil && p.Calls().StreamsClosedByManager > 0 {
+				stopServing = time.After(1500 * time.Millisecond)
+			}
 			err := p.Exited()
 			if err != nil && *fault == "panic-after-stream-close" {
 				sendOnClosed() // the crash this profile reproduces
