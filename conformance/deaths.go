@@ -163,6 +163,9 @@ func (w *watchdog) instanceExited(pid int, started time.Time, status string, exp
 		d.exe = t.exe
 		t.gone = true
 	}
+	if d.exe == "" && len(w.proc.argv) > 0 {
+		d.exe = filepath.Base(w.proc.argv[0])
+	}
 	// Wait returned, so the pipe is drained: its lines are all there.
 	w.withStderrLocked(d)
 	w.deaths = append(w.deaths, d)

@@ -10,9 +10,12 @@
 // replaced registration's stream left open, start-up removal of every socket), but it also
 // keeps what the manager deliberately discards: each Register request with its own options and
 // the process that made it (peer credentials), each duplicate call and each list's arrival
-// time, and it can close a stream on demand. A watchdog records every plugin process that dies
-// without the suite ending it, the suite's own instances and any process that registered (a
-// plugin under a restart loop of its own), with the tail of the plugin's stderr.
+// time, and it can close a stream on demand. A watchdog follows the process tree of every
+// plugin instance the suite starts (a restart loop's children included, registered or not) and
+// every process that registered, and records each plugin process that dies without the suite
+// ending it, by PID, with the stderr lines that arrived while it ran. Each check starts from a
+// state it sets up itself (a fresh plugin process) or names the check it depends on; a check
+// whose own step fails is ERROR, not FAIL.
 //
 // Run is safe to call from one goroutine per directory; every process and goroutine it
 // starts has ended when it returns.

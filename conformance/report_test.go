@@ -106,3 +106,56 @@ func TestStderrLines(t *testing.T) {
 		t.Errorf("tail holds %d bytes, want at most %d", big.size, tailBytes)
 	}
 }
+
+// TestErrorVerdict (issue 44): a check the suite could not judge because its own step failed
+// is ERROR: a JUnit <error>, its own summary count, and exit status 3 unless a check failed,
+// which still makes it 1.
+func TestErrorVerdict(t *testing.T) {
+	checks := Checks()
+	for i := range checks {
+		checks[i].Status, checks[i].Evidence = Pass, []string{"fine"}
+	}
+	checks[9].Status, checks[9].Evidence = Error, []string{`suite step "health trigger" ("x") failed after 30.00s: signal: killed: `}
+	rep := &Report{Command: []string{"plugin"}, Dir: "/tmp/kdmc-1", Checks: checks}
+	if rep.ExitCode() != 3 || rep.Failed() || !rep.Errored() || rep.Counts()[Error] != 1 {
+		t.Errorf("exit %d, failed %t, errored %t, counts %v; want 3, false, true, 1 ERROR", rep.ExitCode(), rep.Failed(), rep.Errored(), rep.Counts())
+	}
+	var j bytes.Buffer
+	if err := rep.WriteJUnit(&j); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(j.String(), `errors="1"`) || !strings.Contains(j.String(), `<error message="suite step &#34;health trigger&#34;`) {
+		t.Errorf("JUnit report lacks the error:\n%s", j.String())
+	}
+	var tb bytes.Buffer
+	if err := rep.WriteTable(&tb); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tb.String(), "1 errors (the suite's own step failed)") {
+		t.Errorf("table summary does not count the error:\n%s", tb.String())
+	}
+	checks[3].Status = Fail
+	if rep.ExitCode() != 1 {
+		t.Errorf("with a FAIL and an ERROR: exit %d, want 1", rep.ExitCode())
+	}
+}
+
+// TestStderrAttributedByTime (issue 44): every process of a plugin writes to one pipe; the
+// lines of a process are those that arrived while it ran, so a death never shows the panic of
+// the process before it.
+func TestStderrAttributedByTime(t *testing.T) {
+	var b tailBuffer
+	_, _ = b.Write([]byte("panic: the first process's\ngoroutine 1 [running]:\n"))
+	time.Sleep(5 * time.Millisecond)
+	second := time.Now()
+	_, _ = b.Write([]byte("Cannot register to kubelet service\n"))
+	time.Sleep(5 * time.Millisecond)
+	third := time.Now()
+	_, _ = b.Write([]byte("panic: the third process's\n"))
+	if got := strings.Join(b.between(second, third, 6), "|"); got != "Cannot register to kubelet service" {
+		t.Errorf("the second process's lines: %q", got)
+	}
+	if got := strings.Join(b.between(third, time.Time{}, 6), "|"); got != "panic: the third process's" {
+		t.Errorf("the third process's lines: %q", got)
+	}
+}
