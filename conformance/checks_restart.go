@@ -269,6 +269,9 @@ func (r *runner) checkManagerRestart() (Status, []string) {
 			msg := fmt.Sprintf("no ListAndWatch list within %v of re-registration", r.t.FirstList)
 			if !lv.streamEnd.IsZero() {
 				msg = fmt.Sprintf("the ListAndWatch stream ended %s after re-registration without a list", sinceStr(v.at, lv.streamEnd))
+				if lv.streamEnd.After(lastList) {
+					lastList = lv.streamEnd
+				}
 			}
 			st, out = Fail, append(out, lbl+msg)
 			continue
@@ -284,14 +287,13 @@ func (r *runner) checkManagerRestart() (Status, []string) {
 			lastList = lv.lists[0].at
 		}
 	}
-	if st != Fail {
-		// A plugin that crashes right after re-registering (its scanner sending to the
-		// closed stream's channel) fails here, not in whichever check runs next.
-		if msg, ok := r.keepsRunning(lastList, restarted, "the manager restart"); !ok {
-			st, out = Fail, append(out, msg)
-		} else {
-			out = append(out, fmt.Sprintf("kept running %v after its last list", r.t.Settle))
-		}
+	// A plugin that crashes right after re-registering (its scanner sending to the closed
+	// stream's channel) fails here, with its death's evidence, not in whichever check runs
+	// next: the check watches it for Settle after the last list or stream end, failed or not.
+	if msg, ok := r.keepsRunning(lastList, restarted, "the manager restart"); !ok {
+		st, out = Fail, append(out, msg)
+	} else if st != Fail {
+		out = append(out, fmt.Sprintf("kept running %v after its last list", r.t.Settle))
 	}
 	if len(missing) == len(r.resources) {
 		out = out[:0:0]
