@@ -181,12 +181,17 @@ func (w *watchdog) registeredLocked(pid int) bool {
 	return false
 }
 
-// nextStartLocked returns when the first process started after started that is neither pid
-// nor its descendant, or the zero time: the end of pid's stderr lines.
+// nextStartLocked returns when the first plugin process started after started that is
+// neither pid nor its descendant, or the zero time: the end of pid's stderr lines. Helpers (a
+// restart loop's sleep, which starts as soon as the plugin died, before the pipe has
+// delivered its last lines) do not end them.
 func (w *watchdog) nextStartLocked(pid int, started time.Time) time.Time {
 	var next time.Time
 	for _, t := range w.procs {
 		if t.id.pid == pid || !t.started.After(started) || w.descendsLocked(t, pid) {
+			continue
+		}
+		if !t.leader && !w.regExes[t.exe] && !w.registeredLocked(t.id.pid) {
 			continue
 		}
 		if next.IsZero() || t.started.Before(next) {
