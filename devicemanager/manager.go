@@ -95,6 +95,9 @@ type Manager struct {
 	// active are the pods the source listed at the last garbage collection (activePods).
 	// Guarded by mu.
 	active activePods
+	// disagreements are what the restore found between the checkpoint and the embedder's
+	// records (records.go); set by Start, never changed after. Guarded by mu.
+	disagreements []RecordDisagreement
 
 	// replaced holds, per resource, the replaced instances whose streams stay open, oldest
 	// first (see connect). Guarded by mu.
