@@ -16,7 +16,7 @@ import (
 
 // maxStartRSS bounds kdm's peak resident memory through a start that meets the hostile results
 // directory below. An idle kdm runs in about 70 MB; the results a start may read
-// (podresult.MaxScanBytes) add at most a few times their 32 MiB. Reading every planted file,
+// (podresult.MaxScanBytes) add at most a few times their 16 MiB. Reading every planted file,
 // as kdm did when a result could be 4 MiB, takes over a gigabyte.
 const maxStartRSS = 400 << 20
 

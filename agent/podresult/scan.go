@@ -21,10 +21,10 @@ const (
 	// MaxFileSize is the largest result file read or written: room for hundreds of
 	// containers' devices and run options.
 	MaxFileSize = 1 << 20
-	// MaxScanBytes is the most that one Scan reads in all: thousands of results of the size
+	// MaxScanBytes is the most that one Scan reads in all: over three thousand results of the size
 	// kdm writes. Files are read smallest first, so the results kdm wrote are read before
 	// the budget runs out on large strangers.
-	MaxScanBytes = 32 << 20
+	MaxScanBytes = 16 << 20
 	// MaxScanFiles is the most *.json files one Scan considers; it reports the rest, unread,
 	// in one error.
 	MaxScanFiles = 5000
