@@ -92,9 +92,11 @@ explore:
 	  done; \
 	done
 
-## crashloop: the crash-loop e2e check, 100 seeded rounds per policy (KDM_CRASHLOOP_SEED replays a run).
+## crashloop: the crash-loop e2e check, KDM_CRASHLOOP_ROUNDS seeded rounds per policy (300 unless
+## given; KDM_CRASHLOOP_SEED replays a run). The timeout scales with the rounds.
+KDM_CRASHLOOP_ROUNDS ?= 300
 crashloop:
-	KDM_CRASHLOOP_ROUNDS=100 $(GO) test -race -count=1 -timeout 30m -run TestCrashLoop ./e2e/
+	KDM_CRASHLOOP_ROUNDS=$(KDM_CRASHLOOP_ROUNDS) $(GO) test -race -count=1 -timeout $$(( 10 + $(KDM_CRASHLOOP_ROUNDS) / 2 ))m -run TestCrashLoop ./e2e/
 
 ## demo: the tour on an embedded default: manager, mock GPUs, sample pods, checkpoint, restart.
 demo:

@@ -268,7 +268,14 @@ func (a *Agent) readyAfter(n int) func() {
 // devices every container of those pods held: the agent's second copy of the assignments,
 // which the manager restores if the checkpoint was lost.
 func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.PodDevicesEntry, error) {
-	results, skipped, err := podresult.ScanDir(a.cfg.PodsDir())
+	// Only admitted pods' results are kept: the files are read one at a time (Scan), so the
+	// others are never held together.
+	results := map[types.UID]*podresult.PodResult{}
+	skipped, err := podresult.Scan(a.cfg.PodsDir(), func(r *podresult.PodResult) {
+		if r.Phase == podresult.PhaseAdmitted {
+			results[r.UID] = r
+		}
+	})
 	for _, err := range skipped {
 		// Such a pod is not known as running: if the checkpoint holds its devices they
 		// stay assigned, but they cannot be restored from this copy.
@@ -282,9 +289,6 @@ func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for uid, r := range results {
-		if r.Phase != podresult.PhaseAdmitted {
-			continue
-		}
 		a.results[uid] = r
 		for _, c := range r.Containers {
 			if !c.Init || c.Sidecar {

@@ -52,6 +52,7 @@ func (a *Agent) PageState() statusapi.PageState {
 	for _, r := range results {
 		st.Pods = append(st.Pods, statusapi.PagePodOf(r, a.events.pageWait(r, now)))
 	}
+	st.RecordDisagreements = pageDisagreements(a.manager.RecordDisagreements(), names, a.cfg.Policy.KeepRecordedDevices)
 	sort.Slice(st.Pods, func(i, j int) bool {
 		if st.Pods[i].Namespace != st.Pods[j].Namespace {
 			return st.Pods[i].Namespace < st.Pods[j].Namespace
@@ -98,3 +99,25 @@ func (a *Agent) watchDevices(ctx context.Context) error {
 // PageChanges returns a channel closed at the next change of what PageState shows: an event
 // in the timeline, or a device change (which watchDevices passes on).
 func (a *Agent) PageChanges() <-chan struct{} { return a.events.changes() }
+
+// pageDisagreements names the pods of the manager's record disagreements (names: UID →
+// namespace/name; an unknown pod stays its UID); kept says whether the policy kept the
+// recorded devices.
+func pageDisagreements(found []devicemanager.RecordDisagreement, names map[types.UID]string, kept bool) []statusapi.PageDisagreement {
+	name := func(uid string) string {
+		if n, ok := names[types.UID(uid)]; ok {
+			return n
+		}
+		return uid
+	}
+	var out []statusapi.PageDisagreement
+	for _, d := range found {
+		pd := statusapi.PageDisagreement{Pod: name(d.PodUID), Container: d.ContainerName, Resource: d.ResourceName,
+			Recorded: d.Recorded, Checkpointed: d.Checkpointed, Kept: kept}
+		for _, uid := range d.HeldByOthers {
+			pd.HeldByOthers = append(pd.HeldByOthers, name(uid))
+		}
+		out = append(out, pd)
+	}
+	return out
+}

@@ -125,7 +125,8 @@ func (m *Manager) runCheckpointWriter(ctx context.Context) {
 // read) and the embedder handed over its own record of the assignments
 // (Sources.RecoveredAllocations), those are restored at once instead, and written back as a
 // valid checkpoint, so no running container's devices go to another; there is then no
-// function. A file that exists but cannot be read (permissions, I/O, not a regular file) is an
+// function. A checkpoint that decodes is compared with those records (compareRecords). A file
+// that exists but cannot be read (permissions, I/O, not a regular file) is an
 // error: the caller refuses to start rather than replace it.
 func (m *Manager) readCheckpoint() (applyLocked func(), err error) {
 	data, entries, layout, err := m.store.ReadEntries()
@@ -135,7 +136,7 @@ func (m *Manager) readCheckpoint() (applyLocked func(), err error) {
 		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
 		return nil, m.recoverAllocations("legacy layout not read")
 	case err == nil:
-		return func() { m.applyCheckpointLocked(data, entries, layout) }, nil
+		return m.compareRecords(data, entries, layout)
 	case errors.Is(err, checkpoint.ErrNotFound):
 		m.log.Info("Checkpoint not found; starting with empty device state", "path", m.store.Path())
 		return nil, m.recoverAllocations("checkpoint not found")

@@ -160,6 +160,16 @@ type Policy struct {
 	// empty state.
 	ReadLegacyCheckpoint bool
 
+	// KeepRecordedDevices compares a checkpoint that decodes, at Start, with the embedder's
+	// records (Sources.RecoveredAllocations) and keeps every recorded device with its pod: a
+	// record's entry replaces the checkpoint's for the same container and resource, or is
+	// added where the checkpoint has none, so a device that the checkpoint gives to another
+	// pod is contested (Contest) and goes to no third pod. The result is written back as the
+	// checkpoint. Off, the checkpoint is followed as the kubelet does, even when it is stale
+	// (docs/defects.md). Either way the disagreements are logged, counted and returned by
+	// RecordDisagreements.
+	KeepRecordedDevices bool
+
 	// AllocateTimeout and PreferredAllocationTimeout bound each Allocate and
 	// GetPreferredAllocation RPC to a plugin. Zero means no deadline beyond the caller's
 	// context, as in the kubelet (kubernetes #117435, #129249); negative is invalid. This is
@@ -184,6 +194,7 @@ func KDMPolicy() Policy {
 		PreferredAllocationFallback: true,
 		CoalesceDeviceListWrites:    true,
 		ReadLegacyCheckpoint:        true,
+		KeepRecordedDevices:         true,
 		DropRemovedResources:        true,
 		AllocateTimeout:             endpoint.RecommendedAllocateTimeout,
 		PreferredAllocationTimeout:  endpoint.RecommendedPreferredAllocationTimeout,

@@ -77,8 +77,8 @@
 //   - Start reads the checkpoint and restores every assignment in it; no plugin is called.
 //     Pass the containers the runtime still runs as Sources.RunningContainers and, if the
 //     embedder keeps its own copy of the assignments (GetContainerAllocations), that copy as
-//     Sources.RecoveredAllocations: it is used only when the checkpoint is missing or
-//     unusable.
+//     Sources.RecoveredAllocations: it is restored when the checkpoint is missing or
+//     unusable, and compared with one that decodes (Policy.KeepRecordedDevices).
 //   - Admit again every pod the embedder keeps, calling Allocate for each container in order,
 //     as the kubelet does when it re-admits its pods after a restart. A container whose
 //     restored assignment matches its request keeps its devices without a plugin call; a

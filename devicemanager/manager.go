@@ -41,9 +41,11 @@ type Sources struct {
 	// sources are not all ready (the kubelet-restart bypass).
 	RunningContainers []ContainerKey
 	// RecoveredAllocations is the embedder's own durable record of the assignments (the
-	// entries GetContainerAllocations returned for its admitted containers). It is used only
-	// when the checkpoint is missing or unusable: the manager restores these assignments
-	// instead of starting empty, and writes them back as a checkpoint.
+	// entries GetContainerAllocations returned for its admitted containers). When the
+	// checkpoint is missing or unusable, the manager restores these assignments instead of
+	// starting empty, and writes them back as a checkpoint. A checkpoint that decodes is
+	// compared with them (RecordDisagreements); under Policy.KeepRecordedDevices each
+	// recorded device stays with its pod.
 	RecoveredAllocations []checkpoint.PodDevicesEntry
 }
 
@@ -95,6 +97,9 @@ type Manager struct {
 	// active are the pods the source listed at the last garbage collection (activePods).
 	// Guarded by mu.
 	active activePods
+	// disagreements are what the restore found between the checkpoint and the embedder's
+	// records (records.go); set by Start, never changed after. Guarded by mu.
+	disagreements []RecordDisagreement
 
 	// replaced holds, per resource, the replaced instances whose streams stay open, oldest
 	// first (see connect). Guarded by mu.

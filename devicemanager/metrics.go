@@ -19,6 +19,9 @@ const otherResourceLabel = "<other>"
 type metrics struct {
 	registrations *prometheus.CounterVec
 	allocDuration *prometheus.HistogramVec
+	// disagreements counts the containers' resources for which a restored checkpoint and the
+	// embedder's records disagreed (records.go); kdm's own, the kubelet has no such records.
+	disagreements prometheus.Counter
 
 	labelsMu           sync.Mutex
 	registrationLabels map[string]struct{} // resource names with their own registration series
@@ -51,12 +54,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:      "Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.",
 			Buckets:   prometheus.DefBuckets,
 		}, []string{"resource_name"}),
+		disagreements: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kdm_checkpoint_record_disagreements_total",
+			Help: "Cumulative number of containers' device assignments for which the checkpoint read at start and kdm's own pod records disagreed.",
+		}),
 		registrationLabels: map[string]struct{}{},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.registrations, m.allocDuration} {
+	for _, c := range []prometheus.Collector{m.registrations, m.allocDuration, m.disagreements} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

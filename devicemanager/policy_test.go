@@ -137,7 +137,7 @@ func TestKubeletVersions(t *testing.T) {
 		}
 		seen[v.Policy] = v.Name
 		if v.Policy.DeferAdmission || v.Policy.KeepCompletedInitDevices || v.Policy.PreferredAllocationFallback ||
-			v.Policy.CoalesceDeviceListWrites || v.Policy.DropRemovedResources || v.Policy.ReadLegacyCheckpoint ||
+			v.Policy.CoalesceDeviceListWrites || v.Policy.DropRemovedResources || v.Policy.ReadLegacyCheckpoint || v.Policy.KeepRecordedDevices ||
 			v.Policy.AllocateTimeout != 0 || v.Policy.PreferredAllocationTimeout != 0 {
 			t.Errorf("%s turns on an improvement no kubelet has: %+v", v.Name, v.Policy)
 		}

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kdm-project/kdm/internal/hostfile"
 )
@@ -50,11 +49,16 @@ func safeFileName(name string) bool {
 const tempPattern = ".pod-*.tmp"
 
 // Write writes the pod's result to Path(dir, pod) atomically (temporary file, fsync, rename),
-// creating dir if needed. On failure the previous file, if any, is left as it was.
+// creating dir if needed. A result whose file would be larger than MaxFileSize is an error,
+// as one that could not be read back. On failure the previous file, if any, is left as it was.
 func Write(dir string, pod *v1.Pod, r *PodResult) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
+	}
+	if len(data)+1 > MaxFileSize {
+		return fmt.Errorf("pod result for %s/%s not written: %d bytes, more than the %d a result may have (ReadFile would refuse it)",
+			pod.Namespace, pod.Name, len(data)+1, MaxFileSize)
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
@@ -86,55 +90,26 @@ func RemoveTemps(dir string) {
 	}
 }
 
-// ReadDir reads every pod result in dir, keyed by pod UID. Files that cannot be read or
-// decoded are skipped (ScanDir says why). A missing dir holds no results and is no error.
-func ReadDir(dir string) (map[types.UID]*PodResult, error) {
-	out, _, err := ScanDir(dir)
-	return out, err
-}
-
-// ScanDir is ReadDir, and also says why each skipped *.json file was skipped.
-func ScanDir(dir string) (map[types.UID]*PodResult, []error, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return map[types.UID]*PodResult{}, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	out := map[types.UID]*PodResult{}
-	var skipped []error
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		r, err := ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			skipped = append(skipped, err)
-			continue
-		}
-		out[r.UID] = r
-	}
-	return out, skipped, nil
-}
-
 // ReadFile reads and decodes one pod result file. A symbolic link, a file that is not regular
-// (a FIFO does not block the read), one larger than a result can be, one that does not
-// decode or one without a pod UID is an error naming the file.
+// (a FIFO does not block the read), one larger than MaxFileSize, one that does not decode or
+// one without a pod UID is an error naming the file.
 func ReadFile(path string) (*PodResult, error) {
-	data, _, err := hostfile.Read(path, maxSize, false)
+	r, _, err := readFile(path)
+	return r, err
+}
+
+// readFile is ReadFile, also returning the bytes it read (on failure too), which Scan counts.
+func readFile(path string) (*PodResult, int, error) {
+	data, _, err := hostfile.Read(path, MaxFileSize, false)
 	if err != nil {
-		return nil, fmt.Errorf("pod result %s: %w", path, err)
+		return nil, len(data), fmt.Errorf("pod result %s: %w", path, err)
 	}
 	r := &PodResult{}
 	if err := json.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("pod result %s: %w", path, err)
+		return nil, len(data), fmt.Errorf("pod result %s: %w", path, err)
 	}
 	if r.UID == "" {
-		return nil, fmt.Errorf("pod result %s: no pod UID", path)
+		return nil, len(data), fmt.Errorf("pod result %s: no pod UID", path)
 	}
-	return r, nil
+	return r, len(data), nil
 }
-
-// maxSize bounds what ReadFile reads of one file; kdm writes a few KiB per pod.
-const maxSize = 4 << 20

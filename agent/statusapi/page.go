@@ -40,6 +40,9 @@ type PageState struct {
 	Runtime RuntimeInfo `json:"runtime"`
 	// Events are the most recent events, newest first.
 	Events []Event `json:"events"`
+	// RecordDisagreements are what the start found between the checkpoint and kdm's own pod
+	// records; absent when they agreed.
+	RecordDisagreements []PageDisagreement `json:"recordDisagreements,omitempty"`
 }
 
 // PageResource is one device resource: its published capacity and allocatable, its endpoint

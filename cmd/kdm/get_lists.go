@@ -210,6 +210,9 @@ func (l *podList) printTable(w io.Writer) {
 type deviceList struct {
 	listHeader
 	Items []getDevice `json:"items"`
+	// RecordDisagreements are what kdm's start found between the checkpoint and its own pod
+	// records (get_disagreements.go); absent when they agreed.
+	RecordDisagreements []statusapi.PageDisagreement `json:"recordDisagreements,omitempty"`
 }
 
 // getDevice is one device as kdm's manager holds it.
@@ -226,7 +229,8 @@ type getDevice struct {
 }
 
 func newDeviceList(st *statusapi.PageState) *deviceList {
-	out := &deviceList{listHeader: listHeader{getAPIVersion, "DeviceList"}, Items: []getDevice{}}
+	out := &deviceList{listHeader: listHeader{getAPIVersion, "DeviceList"}, Items: []getDevice{},
+		RecordDisagreements: st.RecordDisagreements}
 	for _, r := range st.Resources {
 		for _, d := range r.Devices {
 			gd := getDevice{Resource: r.Name, ID: d.ID, Health: d.Health, NUMA: d.NUMANodes, Holders: d.Holders, Reserved: d.Reserved}
@@ -269,6 +273,7 @@ func (l *deviceList) printTable(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", display(d.Resource), display(d.ID), display(d.Health), numaCell(d.NUMA), d.heldBy())
 	}
 	_ = tw.Flush()
+	printDisagreements(w, l.RecordDisagreements)
 }
 
 // numaCell lists NUMA nodes, "-" for none.

@@ -60,9 +60,23 @@ func getFixture() (*podresourcesv1.ListPodResourcesResponse, *statusapi.PageStat
 	return pr, st
 }
 
+// disagreeing is st after a start that found a stale checkpoint: it had nothing for one
+// container, whose recorded GPU it gave to a pod that is gone, and another GPU for a second.
+func disagreeing(st *statusapi.PageState) *statusapi.PageState {
+	out := *st
+	out.RecordDisagreements = []statusapi.PageDisagreement{
+		{Pod: "ml/inference", Container: "server", Resource: "nvidia.com/gpu", Recorded: []string{mockGPU(0), mockGPU(1)},
+			HeldByOthers: []string{"6f1c2a9e-0000-4000-8000-0000000000ff"}, Kept: true},
+		{Pod: "ml/inference", Container: "warmup", Resource: "nvidia.com/gpu", Recorded: []string{mockGPU(0), mockGPU(1)},
+			Checkpointed: []string{mockGPU(3)}, Kept: true},
+	}
+	return &out
+}
+
 // TestGetTables: each `kdm get` kind prints what an operator looks for (pods: namespace/name,
 // status with the rejection reason or the wait, container, resource, every device ID in full;
-// devices: health, NUMA, holders; resources: capacity, allocatable, in use, free, unhealthy;
+// devices: health, NUMA, holders, and a condition line per container whose checkpoint and
+// record disagreed at start; resources: capacity, allocatable, in use, free, unhealthy;
 // plugins: state, grace left, socket), and the same facts as a versioned JSON document. Golden.
 func TestGetTables(t *testing.T) {
 	pr, st := getFixture()
@@ -73,6 +87,7 @@ func TestGetTables(t *testing.T) {
 		{"pods", newPodList(pr, st)},
 		{"pods-without-state", newPodList(pr, nil)},
 		{"devices", newDeviceList(st)},
+		{"devices-disagreeing", newDeviceList(disagreeing(st))},
 		{"resources", newResourceList(st)},
 		{"plugins", newPluginList(st)},
 	} {
