@@ -23,12 +23,12 @@ const (
 	probeRounds = 20
 )
 
-// TestHealthProbesUnderSlowClients: one process holds 200 HTTP connections that never finish
+// TestHealthzProbesUnderSlowClients: one process holds 200 HTTP connections that never finish
 // their request header, then four more processes hold 500 each (2,200 in all, past kdm's
 // bound on pending connections, so kdm closes the oldest and the clients come back). All the
 // while /healthz, /livez and /readyz, each on a fresh connection as a supervisor probes, are
 // answered 200 within probeAnswerBound.
-func TestHealthProbesUnderSlowClients(t *testing.T) {
+func TestHealthzProbesUnderSlowClients(t *testing.T) {
 	innerLoopSkips(t, "holds 2,200 slow HTTP connections for seconds")
 	n := newNode(t)
 	kdm := n.startServing("8 GPUs")
