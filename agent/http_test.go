@@ -158,72 +158,77 @@ func until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestHTTPConnectionBound: clients that open more connections than the bound and send half a
-// header each get only the bound served; the others wait unaccepted, costing the agent no
-// goroutine, and are served once connections end.
+// TestHTTPConnectionBound: clients that open more connections than the bound on pending ones
+// and send half a header each cost at most that bound (the oldest are closed, and a pending
+// connection costs one goroutine), and a health probe is answered while they hold. Connections
+// other than probes are served up to MaxConnections; past it a request gets 503 with
+// Retry-After, and once one ends the next is served. (Before, probes waited unaccepted behind
+// MaxConnections half-sent headers until those timed out.)
 func TestHTTPConnectionBound(t *testing.T) {
-	const bound, holders = 8, 40
+	const bound, pendingBound, holders = 8, 16, 40
 	f := newFixture(t)
 	a, _ := f.run()
 	lim := statusapi.DefaultLimits
-	lim.MaxConnections, lim.ReadHeaderTimeout, lim.ReadTimeout = bound, time.Minute, time.Minute
+	lim.MaxConnections, lim.MaxPendingConnections = bound, pendingBound
+	lim.ReadHeaderTimeout, lim.ReadTimeout = time.Minute, time.Minute
 	var counter *countingListener
 	addr := serveHTTPForTest(t, a, lim, func(l net.Listener) net.Listener {
 		counter = &countingListener{Listener: l}
 		return counter
 	})
-	if code, _ := getHealthz(t, addr); code != http.StatusOK {
-		t.Fatalf("/healthz: %d", code)
+	if code, body := getHealthz(t, addr); code != http.StatusOK {
+		t.Fatalf("/healthz: %d %s", code, body)
 	}
 	until(t, "the first request's connection to end", func() bool { _, open, _ := counter.counts(); return open == 0 })
 	baseline := runtime.NumGoroutine()
 
-	var conns []net.Conn
 	for range holders {
-		conns = append(conns, dialHTTP(t, addr, "GET /healthz HTTP/1.1\r\nHost: kdm\r\n"))
+		dialHTTP(t, addr, "GET /healthz HTTP/1.1\r\nHost: kdm\r\n")
 	}
-	until(t, fmt.Sprintf("%d connections accepted", bound), func() bool { _, open, _ := counter.counts(); return open >= bound })
-	probe := dialHTTP(t, addr, "GET /healthz HTTP/1.1\r\nHost: kdm\r\nConnection: close\r\n\r\n")
-	answered := make(chan error, 1)
-	go func() {
-		_ = probe.SetReadDeadline(time.Now().Add(2 * waitLimit))
-		resp, err := http.ReadResponse(bufio.NewReader(probe), nil)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("status %s", resp.Status)
-			}
+	until(t, "every holder accepted and the oldest closed", func() bool {
+		accepted, open, _ := counter.counts()
+		return accepted == holders+1 && open <= pendingBound
+	})
+	if code, body := getHealthz(t, addr); code != http.StatusOK || body != "ok" {
+		t.Fatalf("/healthz while %d connections hold half a header: %d %q, want 200 ok", holders, code, body)
+	}
+	if grown := runtime.NumGoroutine() - baseline; grown > pendingBound+8 {
+		t.Errorf("goroutines grew by %d for %d half-sent headers; want at most the pending bound (%d) and a few", grown, holders, pendingBound)
+	}
+
+	status := func(c net.Conn, r *bufio.Reader) *http.Response {
+		t.Helper()
+		if _, err := io.WriteString(c, "GET /status HTTP/1.1\r\nHost: kdm\r\n\r\n"); err != nil {
+			t.Fatal(err)
 		}
-		answered <- err
-	}()
-	// Unbounded, the server would accept the other holders and the probe at once; give it
-	// the time to, as the failure it would be.
-	grace := time.NewTimer(500 * time.Millisecond)
-	select {
-	case err := <-answered:
-		accepted, _, peak := counter.counts()
-		t.Fatalf("the probe was answered (%v) while %d connections held half a header: %d accepted, %d open at once; want at most %d",
-			err, holders, accepted, peak, bound)
-	case <-grace.C:
-	}
-	if accepted, open, _ := counter.counts(); accepted > bound+1 || open > bound {
-		t.Fatalf("%d connections accepted, %d open; want at most %d open", accepted, open, bound)
-	}
-	if grown := runtime.NumGoroutine() - baseline; grown > bound+8 {
-		t.Errorf("goroutines grew by %d for %d connections; want at most the bound (%d) and a few", grown, holders+1, bound)
-	}
-	for _, c := range conns {
-		_ = c.Close()
-	}
-	select {
-	case err := <-answered:
+		_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+		resp, err := http.ReadResponse(r, nil)
 		if err != nil {
-			t.Fatalf("the probe, once the holders left: %v", err)
+			t.Fatalf("reading /status: %v", err)
 		}
-	case <-time.After(2 * waitLimit):
-		t.Fatal("the probe was never answered after the holders left")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp
 	}
-	if _, _, peak := counter.counts(); peak > bound {
-		t.Errorf("%d connections were open at once; want at most %d", peak, bound)
+	var kept []net.Conn
+	for i := range bound { // kept alive after their answer
+		c := dialHTTP(t, addr, "")
+		if resp := status(c, bufio.NewReader(c)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("/status on connection %d of %d: %s", i+1, bound, resp.Status)
+		}
+		kept = append(kept, c)
 	}
+	extra := dialHTTP(t, addr, "")
+	if resp := status(extra, bufio.NewReader(extra)); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("/status past %d served connections: %s (Retry-After %q), want 503 with Retry-After", bound, resp.Status, resp.Header.Get("Retry-After"))
+	}
+	if code, _ := getHealthz(t, addr); code != http.StatusOK {
+		t.Fatalf("/healthz while %d connections are served: %d", bound, code)
+	}
+	_ = kept[0].Close()
+	until(t, "a /status served once a served connection ended", func() bool {
+		c := dialHTTP(t, addr, "")
+		defer func() { _ = c.Close() }()
+		return status(c, bufio.NewReader(c)).StatusCode == http.StatusOK
+	})
 }

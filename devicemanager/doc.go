@@ -53,8 +53,11 @@
 //   - A Register endpoint that would leave the plugin directory ("../x", "/x", or a symlink to
 //     a socket or directory elsewhere) is refused without being dialled; the resolved path is
 //     dialled. A socket that a live endpoint serves for one resource is refused to any other.
-//   - At most a few Register calls run at once, per resource and in all; more are refused at
-//     once with ResourceExhausted. Repeated registration log lines are rate-limited.
+//   - A Register waits for the plugin's socket to answer before it dials it, so sockets that
+//     never answer hold no dial. A few calls dial at once, per resource and in all, and a
+//     bounded number wait for an answer; past a bound an older call of the busiest user and
+//     control group is cancelled with ResourceExhausted. Repeated registration log lines are
+//     rate-limited.
 //   - Checkpoint writes are durable (file and directory fsync) and never go back in time.
 //
 // Policy fields switch on kdm's improvements (deferred admission, keeping completed init

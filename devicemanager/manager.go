@@ -242,7 +242,7 @@ func (m *Manager) Start(ctx context.Context, src Sources) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	m.runCtx, m.cancel = runCtx, cancel
 	m.server = grpc.NewServer(grpc.Creds(newRegistrantCredentials())) // names each call's registrant (register_peer.go)
-	pluginapi.RegisterRegistrationServer(m.server, &registrationServer{m: m})
+	pluginapi.RegisterRegistrationServer(m.server, newRegistrationServer(m))
 	m.started = true
 	m.stopDone = make(chan struct{})
 	m.wg.Add(1)

@@ -11,21 +11,30 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Bounds on the Register calls served at once. A Register holds a dial of up to the dial
-// timeout plus GetDevicePluginOptions: a live plugin answers both within milliseconds, while a
-// socket that accepts but never answers holds its call for the whole timeout. So a call beyond
-// a bound is served all the same, and an older call is cancelled to make room: under
-// maxRegistersPerEndpoint the oldest for the same resource and endpoint (it dials the same
-// socket, so it is moot), under maxRegistersTotal the oldest of the registrant holding the most
-// calls (see registrant). A flood turns over among its own calls, however fast it comes, and
-// another registrant's call is never cancelled while the flood holds more calls than it.
+// Bounds on the Register calls served at once. A Register first waits for the plugin's socket
+// to answer (endpoint.Probe: one file descriptor, no gRPC connection), then dials it and reads
+// GetDevicePluginOptions (a gRPC connection and its goroutines). A live plugin answers both
+// within milliseconds, while a socket that accepts but never answers holds its call for the
+// whole dial timeout. So the two stages are bounded apart: calls whose socket has not answered
+// yet never take a dial's place from calls whose plugin answers, however many there are. A
+// call beyond a bound is served all the same, and an older call of the same stage is
+// cancelled to make room: under maxRegistersPerEndpoint the oldest for the same resource and
+// endpoint (it dials the same socket, so it is moot), under a total the oldest of the
+// registrant holding the most calls: the busiest principal (user and control group), within it
+// the busiest process, then connection (see registrant). A flood turns over among its own
+// calls, however fast it comes, and another principal's call is never cancelled while the
+// flood holds more calls than it.
 const (
 	// maxRegistersPerEndpoint is how many Register calls for one resource and endpoint may
-	// run at once; a plugin that restarts registers once or twice.
+	// dial at once; a plugin that restarts registers once or twice.
 	maxRegistersPerEndpoint = 2
-	// maxRegistersTotal is how many Register calls may run at once, all resources together.
+	// maxRegistersTotal is how many Register calls may dial at once, all resources together.
 	// It bounds the memory and goroutines that dials in flight hold.
 	maxRegistersTotal = 32
+	// maxRegistersAwaitingAnswer is how many Register calls may wait at once for their
+	// plugin's socket to answer. Each holds a file descriptor and the call's own goroutine,
+	// a few KiB, and waits at most the dial timeout.
+	maxRegistersAwaitingAnswer = 1024
 )
 
 // ErrSocketInUse is wrapped by the error that refuses a registration whose socket already
@@ -50,7 +59,7 @@ func (e *socketInUse) Error() string {
 func (e *socketInUse) Is(target error) bool { return target == ErrSocketInUse }
 
 // ErrRegistrationSuperseded is matched (errors.Is) by the error of a Register call cancelled
-// because newer calls needed its slot (see maxRegistersTotal). gRPC sends it as
+// because newer calls needed its slot (see maxRegistersTotal and maxRegistersAwaitingAnswer). gRPC sends it as
 // codes.ResourceExhausted.
 var ErrRegistrationSuperseded = errors.New("registration cancelled: superseded by newer registrations")
 
@@ -73,12 +82,16 @@ func (e *supersededError) GRPCStatus() *status.Status {
 	return status.New(codes.ResourceExhausted, e.Error())
 }
 
-// registerLimiter bounds the Register calls in flight, per resource and endpoint and in all.
-// Nothing is refused and nothing waits: a call beyond a bound is admitted and an older call is
-// cancelled (see maxRegistersTotal), with a *supersededError as its context's cause. The zero
-// value is ready to use with the default bounds. It is safe for concurrent use.
+// registerLimiter bounds the Register calls of one stage in flight, per resource and endpoint
+// and in all. Nothing is refused and nothing waits: a call beyond a bound is admitted and an
+// older call is cancelled (see maxRegistersTotal), with a *supersededError as its context's
+// cause. The zero value is ready to use with the dialling stage's default bounds. It is safe
+// for concurrent use.
 type registerLimiter struct {
-	maxPerEndpoint, maxTotal int // zero: the defaults above
+	maxPerEndpoint, maxTotal int // zero: the defaults of the stage
+	// awaiting makes it the limiter of the calls waiting for their plugin's socket to
+	// answer: maxRegistersAwaitingAnswer in all by default, none per endpoint.
+	awaiting bool
 
 	mu    sync.Mutex
 	calls []*registerCall // in flight, oldest first; at most maxTotal
@@ -97,12 +110,23 @@ type registerCall struct {
 // done exactly once, when the call ends; later calls of done do nothing. The calls it
 // supersedes are cancelled before it returns.
 func (l *registerLimiter) admit(parent context.Context, resource, endpoint string) (ctx context.Context, done func()) {
-	perEndpoint, total := l.maxPerEndpoint, l.maxTotal
-	if perEndpoint <= 0 {
-		perEndpoint = maxRegistersPerEndpoint
-	}
-	if total <= 0 {
-		total = maxRegistersTotal
+	perEndpoint, total, served := l.maxPerEndpoint, l.maxTotal, "are served"
+	switch {
+	case l.awaiting:
+		served = "wait for their plugin to answer"
+		if total <= 0 {
+			total = maxRegistersAwaitingAnswer
+		}
+		if perEndpoint <= 0 {
+			perEndpoint = total // no bound of its own
+		}
+	default:
+		if perEndpoint <= 0 {
+			perEndpoint = maxRegistersPerEndpoint
+		}
+		if total <= 0 {
+			total = maxRegistersTotal
+		}
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	c := &registerCall{resource: resource, endpoint: endpoint, from: registrantOf(parent), cancel: cancel}
@@ -120,11 +144,11 @@ func (l *registerLimiter) admit(parent context.Context, resource, endpoint strin
 	}
 	if same >= perEndpoint {
 		i := slices.IndexFunc(l.calls, func(o *registerCall) bool { return o.resource == resource && o.endpoint == endpoint })
-		supersede(l.calls[i], fmt.Sprintf("%d calls for one resource and endpoint are served at once", perEndpoint))
+		supersede(l.calls[i], fmt.Sprintf("%d calls for one resource and endpoint %s at once", perEndpoint, served))
 	}
 	l.calls = append(l.calls, c)
 	if len(l.calls) > total {
-		supersede(l.victimLocked(), fmt.Sprintf("%d device plugin registrations are served at once", total))
+		supersede(l.victimLocked(), fmt.Sprintf("%d device plugin registrations %s at once", total, served))
 	}
 	l.mu.Unlock()
 	for _, v := range victims {
@@ -142,26 +166,45 @@ func (l *registerLimiter) admit(parent context.Context, resource, endpoint strin
 }
 
 // victimLocked picks the call to cancel when more than the total bound are in flight: the
-// oldest call of the process holding the most calls, and within it of the connection holding
-// the most; ties go to the registrant whose oldest call is the oldest. The newest call, last
-// in calls, is never picked. Callers hold mu; calls holds at least two.
+// oldest call of the principal (user and control group) holding the most calls, within it of
+// the process holding the most, and within that of the connection holding the most; ties go
+// to the registrant whose oldest call is the oldest. The newest call, last in calls, is never
+// picked. Callers hold mu; calls holds at least two.
 func (l *registerLimiter) victimLocked() *registerCall {
-	perProcess := map[int32]int{}
+	perPrincipal := map[principal]int{}
+	perProcess := map[processKey]int{}
 	perConn := map[registrant]int{}
 	for _, c := range l.calls {
-		perProcess[c.from.pid]++
+		perPrincipal[c.from.principal]++
+		perProcess[c.from.process()]++
 		perConn[c.from]++
+	}
+	busier := func(c, than *registerCall) bool {
+		if a, b := perPrincipal[c.from.principal], perPrincipal[than.from.principal]; a != b || c.from.principal != than.from.principal {
+			return a > b
+		}
+		if a, b := perProcess[c.from.process()], perProcess[than.from.process()]; a != b || c.from.pid != than.from.pid {
+			return a > b
+		}
+		return perConn[c.from] > perConn[than.from]
 	}
 	// Oldest first: a later call takes over only if its registrant holds strictly more.
 	var victim *registerCall
 	for _, c := range l.calls[:len(l.calls)-1] {
-		if victim == nil || perProcess[c.from.pid] > perProcess[victim.from.pid] ||
-			c.from.pid == victim.from.pid && perConn[c.from] > perConn[victim.from] {
+		if victim == nil || busier(c, victim) {
 			victim = c
 		}
 	}
 	return victim
 }
+
+// processKey names a process within its principal.
+type processKey struct {
+	principal principal
+	pid       int32
+}
+
+func (r registrant) process() processKey { return processKey{r.principal, r.pid} }
 
 // inFlight returns how many calls count.
 func (l *registerLimiter) inFlight() int {

@@ -20,12 +20,23 @@ import (
 
 // registerFlood runs workers goroutines, each registering its own silent socket in a loop
 // (resource(i, n) names the resource of worker i's n-th call), until stop is called, which
-// waits for them. exhausted counts the calls answered with ResourceExhausted.
+// waits for them. exhausted counts the calls answered with ResourceExhausted; held reports
+// whether the manager has connected to every silent socket, that is, whether every worker's
+// call is in flight there.
 func registerFlood(t *testing.T, client pluginapi.RegistrationClient, dir string, workers int,
-	resource func(worker, call int) string) (exhausted *atomic.Int64, stop func()) {
+	resource func(worker, call int) string) (exhausted *atomic.Int64, held func() bool, stop func()) {
 	t.Helper()
+	var sockets []*silentsock.Socket
 	for i := range workers {
-		silentsock.Listen(t, filepath.Join(dir, fmt.Sprintf("silent-%d.sock", i)))
+		sockets = append(sockets, silentsock.Listen(t, filepath.Join(dir, fmt.Sprintf("silent-%d.sock", i))))
+	}
+	held = func() bool {
+		for _, s := range sockets {
+			if s.Accepted() == 0 {
+				return false
+			}
+		}
+		return true
 	}
 	exhausted = new(atomic.Int64)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,7 +57,7 @@ func registerFlood(t *testing.T, client pluginapi.RegistrationClient, dir string
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
 	t.Cleanup(stop)
-	return exhausted, stop
+	return exhausted, held, stop
 }
 
 // floodRegisterDeadline is how long a live plugin may take to register while silent sockets
@@ -55,10 +66,11 @@ func registerFlood(t *testing.T, client pluginapi.RegistrationClient, dir string
 const floodRegisterDeadline = 2 * time.Second
 
 // TestRegisterFloodOfSilentPlugins: 64 registrants whose sockets accept but never answer
-// register in a loop, more than every bound on the calls in flight, naming other resources or
-// the live plugin's own. A live plugin (the SDK, real sockets) starting during the flood still
-// registers within floodRegisterDeadline, and flood calls fail with ResourceExhausted
-// ("superseded by newer registrations") instead of holding their slots for the dial timeout.
+// register in a loop, twice as many as the manager dials at once (maxRegistersTotal), naming
+// other resources or the live plugin's own. Once the manager holds every flood call (it has
+// connected to every silent socket), a live plugin (the SDK, real sockets) starting during the
+// flood still registers within floodRegisterDeadline: the flood's calls wait for their
+// sockets to answer without taking the dials that a plugin which answers needs.
 func TestRegisterFloodOfSilentPlugins(t *testing.T) {
 	const workers = 64
 	for _, tc := range []struct {
@@ -71,11 +83,11 @@ func TestRegisterFloodOfSilentPlugins(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := shortDir(t)
 			m := testManager(t, dir, Config{Logger: ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0)))}, Sources{})
-			exhausted, stop := registerFlood(t, registrationClient(t, m.SocketPath()), dir, workers, tc.resource)
+			exhausted, held, stop := registerFlood(t, registrationClient(t, m.SocketPath()), dir, workers, tc.resource)
 			deadline := time.Now().Add(waitTimeout)
-			for exhausted.Load() == 0 { // the bounds are reached
+			for !held() { // every flood call is in flight
 				if time.Now().After(deadline) {
-					t.Fatal("the flood never reached the bounds on Register calls in flight")
+					t.Fatal("the manager never held every flood call")
 				}
 				time.Sleep(time.Millisecond)
 			}

@@ -9,13 +9,24 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// registrant is who sends a Register call: the process at the other end of the kubelet.sock
-// connection (its PID from SO_PEERCRED on Linux, 0 where unknown) and the connection itself.
-// The in-flight limiter cancels the calls of the busiest registrant first, so that one
-// process's flood cannot push out another's registration.
+// registrant is who sends a Register call: the principal (user and control group) and the
+// process at the other end of the kubelet.sock connection, as SO_PEERCRED and
+// /proc/<pid>/cgroup name them on Linux (zero where unknown), and the connection itself. The
+// in-flight limiter cancels the calls of the busiest principal first, then of its busiest
+// process and connection (registerLimiter.victimLocked), so that a flood from many processes
+// of one user or container cannot push out another's registration.
 type registrant struct {
-	pid  int32
-	conn uint64 // unique per accepted connection; 0 when the call carries no registrant
+	principal principal
+	pid       int32
+	conn      uint64 // unique per accepted connection; 0 when the call carries no registrant
+}
+
+// principal is the user and the control group of a registrant's process: what a node
+// isolates workloads by (a pod's containers run in the pod's cgroup; a service in its own).
+// A flood from many processes, or many connections, of one principal counts as one.
+type principal struct {
+	uid    uint32
+	cgroup string // the process's /proc/<pid>/cgroup, bounded; "" where unknown
 }
 
 // registrantCredentials are kubelet.sock's transport credentials. Like the kubelet's plain
@@ -42,7 +53,7 @@ func (registrantInfo) AuthType() string { return "insecure" }
 func (c registrantCredentials) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	info := registrantInfo{
 		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity},
-		registrant:     registrant{pid: peerPID(conn), conn: c.conns.Add(1)},
+		registrant:     peerRegistrant(conn, c.conns.Add(1)),
 	}
 	return conn, info, nil
 }

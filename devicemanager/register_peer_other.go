@@ -4,6 +4,6 @@ package devicemanager
 
 import "net"
 
-// peerPID returns 0: the peer's process is read on Linux only. Calls are then told apart by
-// their connection alone.
-func peerPID(net.Conn) int32 { return 0 }
+// peerRegistrant returns the registrant numbered id with no principal nor process: they are
+// read on Linux only. Calls are then told apart by their connection alone.
+func peerRegistrant(_ net.Conn, id uint64) registrant { return registrant{conn: id} }

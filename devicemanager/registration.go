@@ -20,15 +20,20 @@ import (
 var supportedVersions = []string{pluginapi.Version}
 
 // registrationServer serves the Registration service on kubelet.sock. Besides the kubelet's
-// checks it bounds the Register calls in flight (limiter) and rate-limits the log lines of
+// checks it bounds the Register calls in flight, those waiting for their plugin's socket to
+// answer (awaiting) apart from those dialling it (limiter), and rate-limits the log lines of
 // repeated causes (logs), so that a flood of Registers costs neither memory nor log volume.
-// The zero value of both fields is ready to use.
+// newRegistrationServer sets the fields up.
 type registrationServer struct {
 	pluginapi.UnimplementedRegistrationServer
 	m *Manager
 
-	limiter registerLimiter
-	logs    logLimiter
+	awaiting, limiter registerLimiter
+	logs              logLimiter
+}
+
+func newRegistrationServer(m *Manager) *registrationServer {
+	return &registrationServer{m: m, awaiting: registerLimiter{awaiting: true}}
 }
 
 // Register validates the request and connects to the plugin synchronously: the call returns
@@ -36,12 +41,16 @@ type registrationServer struct {
 // the plugin. Options in the request are ignored; they come from GetDevicePluginOptions.
 //
 // Beyond the kubelet: the endpoint is resolved and must stay inside the plugin directory (see
-// pluginSocketPath); a socket that serves another resource is refused (ErrSocketInUse); and a
-// call beyond maxRegistersPerEndpoint or maxRegistersTotal in flight is served, while an
-// older call (the oldest of the busiest registrant, see registerLimiter) is cancelled and
-// fails with codes.ResourceExhausted (ErrRegistrationSuperseded), so that registrants that
-// never answer cannot lock a live plugin out. Repeated log lines of one cause are written
-// once per logRepeatInterval, with the number suppressed in between.
+// pluginSocketPath); a socket that serves another resource is refused (ErrSocketInUse); the
+// call first waits, cheaply, for the plugin's socket to answer (endpoint.Probe), and only then
+// dials it, so that registrants whose sockets never answer cannot hold the dials a live
+// plugin needs; and a call beyond a bound of its stage (maxRegistersAwaitingAnswer while it
+// waits for the answer, maxRegistersPerEndpoint and maxRegistersTotal while it dials) is
+// served, while an older call of that stage (the oldest of the busiest registrant, see
+// registerLimiter) is cancelled and fails with codes.ResourceExhausted
+// (ErrRegistrationSuperseded). A socket that never answers fails after the dial timeout with
+// the dial's error, as with the kubelet. Repeated log lines of one cause are written once per
+// logRepeatInterval, with the number suppressed in between.
 func (s *registrationServer) Register(ctx context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	m := s.m
 	m.metrics.countRegistration(r.ResourceName)
@@ -57,8 +66,6 @@ func (s *registrationServer) Register(ctx context.Context, r *pluginapi.Register
 		s.logError(log, cause+err.Error(), err, "Bad registration request from device plugin")
 		return &pluginapi.Empty{}, err
 	}
-	ctx, done := s.limiter.admit(ctx, r.ResourceName, r.Endpoint)
-	defer done()
 	if s.allowLog(cause + "request") {
 		log.V(2).Info("Got registration request from device plugin")
 	}
@@ -67,8 +74,20 @@ func (s *registrationServer) Register(ctx context.Context, r *pluginapi.Register
 		s.logError(log, cause+err.Error(), err, "Bad registration request from device plugin")
 		return &pluginapi.Empty{}, err
 	}
-	if _, err := m.connect(ctx, r.ResourceName, path, filepath.Join(m.cfg.PluginDir, r.Endpoint)); err != nil {
-		if err := superseded(ctx); err != nil {
+	err = m.mayConnect(r.ResourceName, path)
+	if err == nil {
+		err = s.awaitAnswer(ctx, r.ResourceName, r.Endpoint, path)
+	}
+	if err == nil {
+		dctx, done := s.limiter.admit(ctx, r.ResourceName, r.Endpoint)
+		defer done()
+		_, err = m.connect(dctx, r.ResourceName, path, filepath.Join(m.cfg.PluginDir, r.Endpoint))
+		if cause := superseded(dctx); err != nil && cause != nil {
+			err = cause
+		}
+	}
+	if err != nil {
+		if errors.Is(err, ErrRegistrationSuperseded) {
 			// One cause for every superseded call, whatever it names.
 			s.logError(log, "\x00superseded", err, "Cancelled a registration request superseded by newer ones")
 			return &pluginapi.Empty{}, err
@@ -83,6 +102,20 @@ func (s *registrationServer) Register(ctx context.Context, r *pluginapi.Register
 		return &pluginapi.Empty{}, registerStatus(err)
 	}
 	return &pluginapi.Empty{}, nil
+}
+
+// awaitAnswer waits, as one of the awaiting calls, until the plugin's socket at path answers
+// (nil), or fails as the dial would: with the dial's error once the dial timeout passes or the
+// socket is found missing, or with the limiter's *supersededError if newer calls took its
+// place.
+func (s *registrationServer) awaitAnswer(ctx context.Context, resource, endpointName, path string) error {
+	actx, done := s.awaiting.admit(ctx, resource, endpointName)
+	defer done()
+	err := endpoint.Probe(actx, path, s.m.cfg.Endpoint)
+	if cause := superseded(actx); err != nil && cause != nil {
+		return cause
+	}
+	return err
 }
 
 // allowLog reports whether a line of the given cause may be written now, adding nothing.
@@ -136,14 +169,8 @@ func registerStatus(err error) error {
 // current, so that a caller that tracks it (the plugins_registry watcher) never mistakes a
 // later instance for its own.
 func (m *Manager) connect(ctx context.Context, resource, path, name string) (*endpoint.Endpoint, error) {
-	if !m.isRunning() {
-		return nil, fmt.Errorf("device manager is not running")
-	}
-	m.mu.Lock()
-	owner := m.socketOwnerLocked(resource, path)
-	m.mu.Unlock()
-	if owner != "" {
-		return nil, socketInUseError(path, owner, resource)
+	if err := m.mayConnect(resource, path); err != nil {
+		return nil, err
 	}
 	ep, err := endpoint.Dial(ctx, resource, path, m.cfg.Endpoint)
 	if err != nil {
@@ -189,6 +216,22 @@ func (m *Manager) connect(ctx context.Context, resource, path, name string) (*en
 		m.runEndpoint(m.runCtx, resource, ep)
 	}()
 	return ep, nil
+}
+
+// mayConnect returns the error that refuses connecting resource to the plugin at path before
+// anything is dialled: the manager is not running, or a live endpoint of another resource
+// serves the socket (ErrSocketInUse). connect checks the socket again when it swaps.
+func (m *Manager) mayConnect(resource, path string) error {
+	if !m.isRunning() {
+		return fmt.Errorf("device manager is not running")
+	}
+	m.mu.Lock()
+	owner := m.socketOwnerLocked(resource, path)
+	m.mu.Unlock()
+	if owner != "" {
+		return socketInUseError(path, owner, resource)
+	}
+	return nil
 }
 
 // alreadyConnectedError is the kubelet v1.37's refusal of a Register for a socket that a

@@ -371,6 +371,48 @@ func TestRegisterLimiterBusiestRegistrant(t *testing.T) {
 	wantLive(t, "z", z)
 }
 
+// TestRegisterLimiterBusiestPrincipal: past the total, calls are cancelled by principal (user
+// and control group) first: a flood from many processes of one principal, each holding one
+// call and coming back at once, turns over among its own calls, and a call of another
+// principal, the oldest of all, stays. In the stage waiting for an answer the bound is named
+// as such, and several calls for one resource and endpoint are not a bound there.
+func TestRegisterLimiterBusiestPrincipal(t *testing.T) {
+	from := func(uid uint32, cgroup string, pid int32) context.Context {
+		r := registrant{principal: principal{uid: uid, cgroup: cgroup}, pid: pid, conn: uint64(pid)}
+		return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: registrantInfo{registrant: r}})
+	}
+	for _, tc := range []struct {
+		name   string
+		plugin context.Context
+	}{
+		{"another user", from(0, "0::/system.slice/plugin.service", 1)},
+		{"another control group", from(1000, "0::/kubepods/pod-plugin", 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &registerLimiter{awaiting: true, maxTotal: 4}
+			var dones []func()
+			defer func() {
+				for _, done := range dones {
+					done()
+				}
+			}()
+			live, done := l.admit(tc.plugin, "example.com/gpu", "gpu.sock")
+			dones = append(dones, done)
+			var flood []context.Context
+			for pid := range int32(40) {
+				ctx, done := l.admit(from(1000, "0::/kubepods/pod-flood", 100+pid), "example.com/gpu", "silent.sock")
+				dones = append(dones, done)
+				flood = append(flood, ctx)
+			}
+			wantLive(t, "the other principal's call", live)
+			wantSuperseded(t, "the flood's oldest call", flood[0], "example.com/gpu", "4 device plugin registrations wait for their plugin to answer")
+			for i, ctx := range flood[len(flood)-3:] {
+				wantLive(t, fmt.Sprintf("flood call %d", len(flood)-3+i), ctx)
+			}
+		})
+	}
+}
+
 func wantSuperseded(t *testing.T, what string, ctx context.Context, resource, bound string) {
 	t.Helper()
 	if ctx.Err() == nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -45,18 +44,25 @@ type Options struct {
 }
 
 // Bounds of kdm's HTTP server. Whatever its clients send or fail to read, the server holds at
-// most HTTPMaxConnections connections, each with at most HTTPMaxHeaderBytes of request header,
-// for bounded times; the status page's streams share one state computation (stream.go), so
-// neither memory nor the Source's work depends on how many clients there are or how they
-// behave.
+// most HTTPMaxPendingConnections connections whose request header is still coming, each with
+// at most a few KiB of it, and HTTPMaxConnections served connections other than health probes,
+// each with at most HTTPMaxHeaderBytes of request header, for bounded times; health probes are
+// read as soon as they arrive and answered whatever the load (admission.go); the status page's
+// streams share one state computation (stream.go), so neither memory nor the Source's work
+// depends on how many clients there are or how they behave.
 const (
 	// HTTPMaxHeaderBytes bounds a request's header, request line (and so the query string)
 	// included. A larger header gets 431 Request Header Fields Too Large.
 	HTTPMaxHeaderBytes = 64 << 10
-	// HTTPMaxConnections bounds the connections served at once. Past it new connections wait,
-	// unaccepted, in the listen backlog until one ends, so probes may queue behind a flood of
-	// clients; the timeouts below bound how long a client that sends or reads nothing stays.
+	// HTTPMaxConnections bounds the connections served at once other than health probes
+	// (/healthz, /livez, /readyz), which are always served and closed after their answer.
+	// Past it a new request gets 503 Service Unavailable with Retry-After; the timeouts below
+	// bound how long a client that sends or reads nothing stays.
 	HTTPMaxConnections = 128
+	// HTTPMaxPendingConnections bounds the connections whose request header is still coming.
+	// Past it the oldest of the client address holding the most is closed. Each costs a
+	// goroutine and at most 8 KiB, for at most HTTPReadHeaderTimeout.
+	HTTPMaxPendingConnections = 2048
 	// HTTPMaxStreams bounds the /api/stream clients served at once, well below
 	// HTTPMaxConnections. Past it a stream is answered 503 Service Unavailable.
 	HTTPMaxStreams = 32
@@ -75,21 +81,24 @@ const (
 	httpShutdownTimeout = 5 * time.Second
 )
 
-// Limits are the bounds Serve applies. DefaultLimits are kdm's; tests shrink them.
+// Limits are the bounds Serve applies. DefaultLimits are kdm's; tests shrink them. A zero
+// MaxPendingConnections means HTTPMaxPendingConnections.
 type Limits struct {
 	MaxHeaderBytes, MaxConnections, MaxStreams                int
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxPendingConnections                                     int
 }
 
 // DefaultLimits are the bounds of kdm's HTTP server, the HTTP* constants.
 var DefaultLimits = Limits{
-	MaxHeaderBytes:    HTTPMaxHeaderBytes,
-	MaxConnections:    HTTPMaxConnections,
-	MaxStreams:        HTTPMaxStreams,
-	ReadHeaderTimeout: HTTPReadHeaderTimeout,
-	ReadTimeout:       HTTPReadTimeout,
-	WriteTimeout:      HTTPWriteTimeout,
-	IdleTimeout:       HTTPIdleTimeout,
+	MaxHeaderBytes:        HTTPMaxHeaderBytes,
+	MaxConnections:        HTTPMaxConnections,
+	MaxStreams:            HTTPMaxStreams,
+	ReadHeaderTimeout:     HTTPReadHeaderTimeout,
+	ReadTimeout:           HTTPReadTimeout,
+	WriteTimeout:          HTTPWriteTimeout,
+	IdleTimeout:           HTTPIdleTimeout,
+	MaxPendingConnections: HTTPMaxPendingConnections,
 }
 
 // Serve serves /healthz, /livez and /readyz (healthz.go), /metrics, /status and the status
@@ -106,6 +115,9 @@ func Serve(ctx context.Context, lis net.Listener, src Source, opts Options) erro
 	if lim == (Limits{}) {
 		lim = DefaultLimits
 	}
+	if lim.MaxPendingConnections <= 0 {
+		lim.MaxPendingConnections = HTTPMaxPendingConnections
+	}
 	log := opts.Logger
 	streams := newStateStreams(src, opts.Clock, log, lim.MaxStreams, lim.WriteTimeout)
 	mux := http.NewServeMux()
@@ -120,7 +132,7 @@ func Serve(ctx context.Context, lis net.Listener, src Source, opts Options) erro
 		return err
 	}
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           probeClose(mux),
 		MaxHeaderBytes:    lim.MaxHeaderBytes,
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		ReadTimeout:       lim.ReadTimeout,
@@ -139,8 +151,12 @@ func Serve(ctx context.Context, lis net.Listener, src Source, opts Options) erro
 		wg.Wait()
 	}()
 	served := make(chan error, 1)
-	log.Info("Serving HTTP", "address", lis.Addr().String(), "maxConnections", lim.MaxConnections, "maxStreams", lim.MaxStreams)
-	go func() { served <- srv.Serve(netutil.LimitListener(lis, lim.MaxConnections)) }()
+	log.Info("Serving HTTP", "address", lis.Addr().String(), "maxConnections", lim.MaxConnections,
+		"maxPendingConnections", lim.MaxPendingConnections, "maxStreams", lim.MaxStreams)
+	admitted := newAdmitListener(lis, lim, log)
+	defer admitted.wait()
+	defer func() { _ = admitted.Close() }()
+	go func() { served <- srv.Serve(admitted) }()
 	select {
 	case err := <-served: // failed on its own
 		_ = srv.Close()
@@ -157,4 +173,15 @@ func Serve(ctx context.Context, lis net.Listener, src Source, opts Options) erro
 		return fmt.Errorf("serving HTTP on %s: %w", lis.Addr(), err)
 	}
 	return nil
+}
+
+// probeClose makes the server close a connection after answering a health probe on it, so
+// that probes, which admission lets in whatever the load, never stay as idle connections.
+func probeClose(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isProbePath(r.URL.Path) {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -7,13 +7,23 @@ package silentsock
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
+
+// Socket is a listening silent socket.
+type Socket struct {
+	accepted atomic.Int64
+}
+
+// Accepted returns how many connections the socket has accepted: each is a dial (or a
+// probe) of the manager waiting on it.
+func (s *Socket) Accepted() int64 { return s.accepted.Load() }
 
 // Listen listens on path and accepts every connection without ever serving it. The listener
 // and the accepted connections are closed, and the accepting goroutine joined, at tb's
 // cleanup.
-func Listen(tb testing.TB, path string) {
+func Listen(tb testing.TB, path string) *Socket {
 	tb.Helper()
 	lis, err := net.Listen("unix", path)
 	if err != nil {
@@ -22,6 +32,7 @@ func Listen(tb testing.TB, path string) {
 	var (
 		mu    sync.Mutex
 		conns []net.Conn
+		sock  Socket
 	)
 	done := make(chan struct{})
 	go func() {
@@ -34,6 +45,7 @@ func Listen(tb testing.TB, path string) {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			sock.accepted.Add(1)
 		}
 	}()
 	tb.Cleanup(func() {
@@ -45,4 +57,5 @@ func Listen(tb testing.TB, path string) {
 			_ = c.Close()
 		}
 	})
+	return &sock
 }
