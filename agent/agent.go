@@ -59,6 +59,9 @@ type Agent struct {
 	events *eventLog // the status page's timeline (events.go)
 
 	admissions sync.WaitGroup
+	// removals releases removed pods' devices and marks stopping pods Terminating (removals.go).
+	removals *removals
+
 	// admissionResults is kdm_admissions_total (metrics.go).
 	admissionResults *prometheus.CounterVec
 }
@@ -99,6 +102,7 @@ func New(cfg Config) (*Agent, error) {
 		results:       map[types.UID]*podresult.PodResult{},
 		inflight:      map[types.UID]*admission{},
 		lastAdmission: map[string]*admission{},
+		removals:      newRemovals(),
 		events:        newEventLog(cfg.Clock.Now),
 		clock:         cfg.Clock,
 		host:          realHost(cfg.Logger),
@@ -115,8 +119,12 @@ func New(cfg Config) (*Agent, error) {
 		Name: "kdm_admission_pending_pods",
 		Help: "Number of pods whose admission waits for a device plugin to register (deferred admission).",
 	}, func() float64 { return float64(a.pendingPods()) })
+	terminating := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kdm_terminating_pods",
+		Help: "Number of pods removed from their source whose containers the container runtime has not yet confirmed gone; they hold their devices until then.",
+	}, func() float64 { return float64(a.terminatingPods()) })
 	a.admissionResults = newAdmissionCounter()
-	for _, c := range []prometheus.Collector{pending, a.admissionResults} {
+	for _, c := range []prometheus.Collector{pending, terminating, a.admissionResults} {
 		if err := cfg.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}
@@ -199,6 +207,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.HealthzBindAddress != "" {
 		spawn("http", a.serveHTTP)
 	}
+	spawn("pod removals", a.runRemovals)
 	spawn("health updates", a.watchHealth)
 	spawn("device events", a.watchDevices)
 	if a.containers != nil {
@@ -282,6 +291,10 @@ func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for uid, r := range results {
+		if r.Phase == podresult.PhaseRejected {
+			a.results[uid] = r // a rejection is terminal across restarts (Agent.keepRejected)
+			continue
+		}
 		if r.Phase != podresult.PhaseAdmitted {
 			continue
 		}

@@ -156,9 +156,15 @@ type probeContainer struct {
 // writeProbePod places the manifest of a pod of probe containers in namespace e2e.
 func (rn *runtimeNode) writeProbePod(name, restartPolicy string, containers ...probeContainer) {
 	rn.t.Helper()
+	rn.writeProbePodGrace(name, restartPolicy, 10, containers...)
+}
+
+// writeProbePodGrace is writeProbePod with the pod's terminationGracePeriodSeconds.
+func (rn *runtimeNode) writeProbePodGrace(name, restartPolicy string, graceSeconds int, containers ...probeContainer) {
+	rn.t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %q\n  namespace: e2e\n  uid: %q\nspec:\n  restartPolicy: %s\n  terminationGracePeriodSeconds: 10\n",
-		name, uidOf(name), restartPolicy)
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %q\n  namespace: e2e\n  uid: %q\nspec:\n  restartPolicy: %s\n  terminationGracePeriodSeconds: %d\n",
+		name, uidOf(name), restartPolicy, graceSeconds)
 	section := func(key string, init bool) {
 		first := true
 		for _, c := range containers {
