@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -537,17 +535,7 @@ func TestContainerRuntimeExitCodes(t *testing.T) {
 // freeGPUs is the number of GPUs a new pod could get now, from the status page's state.
 func (rn *runtimeNode) freeGPUs() int64 {
 	rn.t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + rn.healthAddr + "/api/state")
-	if err != nil {
-		rn.t.Fatalf("reading /api/state: %v", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var st statusapi.PageState
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		rn.t.Fatalf("decoding /api/state: %v", err)
-	}
-	for _, r := range st.Resources {
+	for _, r := range rn.pageState().Resources {
 		if r.Name == "nvidia.com/gpu" {
 			return r.Free
 		}
