@@ -254,8 +254,12 @@ func (a *Agent) readyAfter(n int) func() {
 	var remaining atomic.Int32
 	remaining.Store(int32(n))
 	markReady := func() {
-		a.ready.Store(true)
+		// Stale pods first: with a container runtime, a pod removed while the agent was down
+		// must count as stopping (active, its devices held) before the manager may collect
+		// inactive pods, which it does once the sources are ready, at the next Allocate too.
+		// Otherwise a pod admitted just then got devices the removed pod's containers run with.
 		a.dropStaleResults()
+		a.ready.Store(true)
 		a.manager.UpdateAllocatedDevices()
 		if a.containers != nil {
 			a.containers.sourcesReady()
