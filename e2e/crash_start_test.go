@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"slices"
 	"testing"
@@ -70,6 +71,35 @@ func crashDuringStart(t *testing.T, point string) {
 	rn.writeProbePod("newcomer", "Always", probeContainer{name: "main", gpus: 4})
 	rn.startKdm()
 	rn.eventually("the newcomer decided", decided("newcomer"))
+	if point == podruntime.CrashAfterStart {
+		// Its container ignores SIGTERM for its 10 s grace period: meanwhile kdm get pods
+		// shows the pod, known only from its result, Terminating with the GPUs it holds.
+		rn.eventually("the victim Terminating", func(st statusapi.NodeStatus) bool {
+			p := pod(st, "victim")
+			return p != nil && p.Terminating != nil
+		})
+		var got getPodsTerminating
+		if err := json.Unmarshal([]byte(rn.kdmGet("pods", "-o", "json")), &got); err != nil {
+			t.Fatal(err)
+		}
+		var shown []string
+		for _, p := range got.Items {
+			if p.Name != "victim" {
+				continue
+			}
+			if p.Terminating == nil {
+				t.Errorf("kdm get pods -o json: the victim is not Terminating: %+v", p)
+			}
+			for _, c := range p.Containers {
+				for _, d := range c.Devices {
+					shown = append(shown, d.IDs...)
+				}
+			}
+		}
+		if !slices.Equal(sorted(shown), sorted(victimGPUs)) {
+			t.Errorf("after the restart kdm get pods shows the removed victim holding %v; want %v until its container is gone", shown, victimGPUs)
+		}
+	}
 	for {
 		// The runtime's containers first: a container listed gone was gone when the views
 		// were read.
