@@ -32,7 +32,7 @@ func (a *Agent) dropStaleResults() {
 		// Their containers may still run: the devices go once the runtime removed them.
 		for _, r := range stale {
 			a.log.Info("Pod removed while the agent was down; stopping its containers", "pod", klog.KRef(r.Namespace, r.Name), "podUID", r.UID)
-			a.containers.stop(podresult.PodOf(r))
+			a.containers.stopRestored(r)
 		}
 		return
 	}
@@ -54,10 +54,35 @@ func (a *Agent) dropStaleResults() {
 // it was admitted with, and a warning: a running container's devices do not change.
 func (a *Agent) track(ctx context.Context, source string, pod *v1.Pod) (<-chan struct{}, bool) {
 	prev, kept := a.settleVersion(pod, func(tracked *v1.Pod) string { return requestsWarning(admittedRequestsOf(tracked), pod) })
-	if kept {
+	if kept || a.keepRejected(source, pod, prev) {
 		return nil, false
 	}
 	return a.startTracking(ctx, source, a.keepAdmittedRequests(pod, prev))
+}
+
+// keepRejected tracks an untracked pod that an earlier run rejected (prev, its result read back
+// at start) without admitting it again, and reports whether it did. A rejection is terminal, as
+// the kubelet's Failed phase is: however often kdm restarts, and whatever is free by then, the
+// pod stays rejected until its source removes it; a retry is a new pod (a new UID). Only a pod
+// rejected as invalid is judged anew, since its source must have changed for it to be valid.
+func (a *Agent) keepRejected(source string, pod *v1.Pod, prev *podresult.PodResult) bool {
+	if prev == nil || prev.Phase != podresult.PhaseRejected || prev.Reason == ReasonInvalidPod {
+		return false
+	}
+	a.mu.Lock()
+	if _, ok := a.pods[pod.UID]; ok {
+		a.mu.Unlock()
+		return true
+	}
+	a.pods[pod.UID] = pod
+	a.podSource[pod.UID] = source
+	a.mu.Unlock()
+	a.log.Info("Pod was rejected before a restart; it stays rejected", "pod", klog.KObj(pod), "podUID", pod.UID,
+		"reason", prev.Reason, "message", prev.Message)
+	if source == sourceAPI && a.kube != nil {
+		a.kube.enqueue(pod) // its status says Failed
+	}
+	return true
 }
 
 // settleVersion weighs a source's version of a pod against the tracked one. kept is true when
@@ -99,7 +124,8 @@ func (a *Agent) startTracking(ctx context.Context, source string, pod *v1.Pod) (
 }
 
 // untrack removes a pod from the agent's pods, abandons its admission if one is in flight and
-// releases its devices.
+// queues the release of its devices (removals.go); with a container runtime, once its containers
+// are gone. It never waits for a checkpoint write or a container stop.
 func (a *Agent) untrack(uid types.UID) {
 	a.mu.Lock()
 	pod, ok := a.pods[uid]
@@ -114,7 +140,7 @@ func (a *Agent) untrack(uid types.UID) {
 	case a.containers != nil:
 		a.containers.stop(pod) // its devices go once its containers are gone
 	default:
-		a.release(pod)
+		a.queueRelease(pod)
 	}
 }
 
@@ -229,25 +255,6 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod) {
 	a.record(pod, result)
 }
 
-// release forgets a removed pod: its devices return to the pool and its result file goes.
-//
-// The devices are released, and the checkpoint written, before the result file goes: a crash
-// in between leaves a result for a pod that no longer holds devices, which the next start
-// drops, never a checkpoint entry that no result explains.
-func (a *Agent) release(pod *v1.Pod) {
-	a.recordMu.Lock()
-	defer a.recordMu.Unlock()
-	a.mu.Lock()
-	delete(a.results, pod.UID)
-	a.mu.Unlock()
-	a.manager.UpdateAllocatedDevices()
-	if err := os.Remove(podresult.Path(a.cfg.PodsDir(), pod)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		a.log.Error(err, "Failed to remove pod result", "pod", klog.KObj(pod))
-	}
-	a.log.Info("Pod removed; devices released", "pod", klog.KObj(pod), "podUID", pod.UID)
-	a.events.podRemoved(pod.UID, pod.Namespace, pod.Name)
-}
-
 // record writes the result and then publishes it, unless the pod was removed meanwhile.
 // Records are serialised, so a pod's file and its published result never disagree.
 func (a *Agent) record(pod *v1.Pod, r *podresult.PodResult) { a.recordResult(pod, r, false) }
@@ -257,6 +264,30 @@ func (a *Agent) record(pod *v1.Pod, r *podresult.PodResult) { a.recordResult(pod
 func (a *Agent) recordResult(pod *v1.Pod, r *podresult.PodResult, stopping bool) {
 	a.recordMu.Lock()
 	defer a.recordMu.Unlock()
+	a.recordLocked(pod, r, stopping)
+}
+
+// updateResult changes the pod's recorded result with change, which reports whether it changed
+// anything, and records it as recordResult does with stopping: the result is read and written
+// under recordMu, so changes made at the same time (the runtime's status, a Terminating mark)
+// never undo each other. A pod without a result is left alone.
+func (a *Agent) updateResult(pod *v1.Pod, change func(*podresult.PodResult) bool) {
+	a.recordMu.Lock()
+	defer a.recordMu.Unlock()
+	a.mu.Lock()
+	prev := a.results[pod.UID]
+	a.mu.Unlock()
+	if prev == nil {
+		return
+	}
+	r := *prev
+	if change(&r) {
+		a.recordLocked(pod, &r, true)
+	}
+}
+
+// recordLocked is recordResult for callers that hold recordMu.
+func (a *Agent) recordLocked(pod *v1.Pod, r *podresult.PodResult, stopping bool) {
 	r.Updated = a.clock.Now().UTC()
 	a.mu.Lock()
 	_, tracked := a.pods[pod.UID]

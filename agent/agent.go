@@ -59,6 +59,9 @@ type Agent struct {
 	events *eventLog // the status page's timeline (events.go)
 
 	admissions sync.WaitGroup
+	// removals releases removed pods' devices and marks stopping pods Terminating (removals.go).
+	removals *removals
+
 	// admissionResults is kdm_admissions_total (metrics.go).
 	admissionResults *prometheus.CounterVec
 }
@@ -99,6 +102,7 @@ func New(cfg Config) (*Agent, error) {
 		results:       map[types.UID]*podresult.PodResult{},
 		inflight:      map[types.UID]*admission{},
 		lastAdmission: map[string]*admission{},
+		removals:      newRemovals(),
 		events:        newEventLog(cfg.Clock.Now),
 		clock:         cfg.Clock,
 		host:          realHost(cfg.Logger),
@@ -115,8 +119,12 @@ func New(cfg Config) (*Agent, error) {
 		Name: "kdm_admission_pending_pods",
 		Help: "Number of pods whose admission waits for a device plugin to register (deferred admission).",
 	}, func() float64 { return float64(a.pendingPods()) })
+	terminating := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kdm_terminating_pods",
+		Help: "Number of pods removed from their source whose containers the container runtime has not yet confirmed gone; they hold their devices until then.",
+	}, func() float64 { return float64(a.terminatingPods()) })
 	a.admissionResults = newAdmissionCounter()
-	for _, c := range []prometheus.Collector{pending, a.admissionResults} {
+	for _, c := range []prometheus.Collector{pending, terminating, a.admissionResults} {
 		if err := cfg.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}
@@ -199,6 +207,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.HealthzBindAddress != "" {
 		spawn("http", a.serveHTTP)
 	}
+	spawn("pod removals", a.runRemovals)
 	spawn("health updates", a.watchHealth)
 	spawn("device events", a.watchDevices)
 	if a.containers != nil {
@@ -245,8 +254,12 @@ func (a *Agent) readyAfter(n int) func() {
 	var remaining atomic.Int32
 	remaining.Store(int32(n))
 	markReady := func() {
-		a.ready.Store(true)
+		// Stale pods first: with a container runtime, a pod removed while the agent was down
+		// must count as stopping (active, its devices held) before the manager may collect
+		// inactive pods, which it does once the sources are ready, at the next Allocate too.
+		// Otherwise a pod admitted just then got devices the removed pod's containers run with.
 		a.dropStaleResults()
+		a.ready.Store(true)
 		a.manager.UpdateAllocatedDevices()
 		if a.containers != nil {
 			a.containers.sourcesReady()
@@ -268,11 +281,11 @@ func (a *Agent) readyAfter(n int) func() {
 // devices every container of those pods held: the agent's second copy of the assignments,
 // which the manager restores if the checkpoint was lost.
 func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.PodDevicesEntry, error) {
-	// Only admitted pods' results are kept: the files are read one at a time (Scan), so the
-	// others are never held together.
+	// Only admitted and rejected pods' results are kept: the files are read one at a time
+	// (Scan), so the others are never held together.
 	results := map[types.UID]*podresult.PodResult{}
 	skipped, err := podresult.Scan(a.cfg.PodsDir(), func(r *podresult.PodResult) {
-		if r.Phase == podresult.PhaseAdmitted {
+		if r.Phase == podresult.PhaseAdmitted || r.Phase == podresult.PhaseRejected {
 			results[r.UID] = r
 		}
 	})
@@ -289,6 +302,13 @@ func (a *Agent) previouslyRunning() ([]devicemanager.ContainerKey, []checkpoint.
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for uid, r := range results {
+		if r.Phase == podresult.PhaseRejected {
+			a.results[uid] = r // a rejection is terminal across restarts (Agent.keepRejected)
+			continue
+		}
+		if r.Phase != podresult.PhaseAdmitted {
+			continue
+		}
 		a.results[uid] = r
 		for _, c := range r.Containers {
 			if !c.Init || c.Sidecar {

@@ -78,11 +78,11 @@ func (p *apiPods) Result(uid types.UID) *podresult.PodResult {
 	return a.results[uid]
 }
 
-// Stopping reports whether the removed pod's containers or sandbox may still exist; never
-// without a container runtime. The container room enqueues the pod once they are gone
-// (containerRoom.onStopped).
+// Stopping reports whether the removed pod's containers or sandbox may still exist, or its
+// devices are still to be released. The removal worker enqueues the pod once they are
+// (Agent.releaseAll).
 func (p *apiPods) Stopping(uid types.UID) bool {
-	return p.a.containers != nil && p.a.containers.isStopping(uid)
+	return p.a.containers != nil && p.a.containers.isStopping(uid) || p.a.releasePending(uid)
 }
 
 // AdmittedBefore reports whether the pod was admitted by an earlier run of the agent.

@@ -135,10 +135,29 @@ func (c *containerRoom) onStatus(uid types.UID, s podruntime.PodStatus) {
 // stop asks the runtime to stop and remove a removed pod's containers and sandbox; its devices
 // are released once that is done (onStopped).
 func (c *containerRoom) stop(pod *v1.Pod) {
+	grace := pod.Spec.TerminationGracePeriodSeconds
+	if grace == nil {
+		g := int64(podruntime.DefaultStopGracePeriod / time.Second)
+		grace = &g
+	}
+	c.stopWith(pod, grace)
+}
+
+// stopRestored is stop for a pod known only from its result (removed while kdm was down): its
+// grace period is the one its Terminating mark recorded, else the one on each container.
+func (c *containerRoom) stopRestored(r *podresult.PodResult) {
+	pod := podresult.PodOf(r)
+	c.stopWith(pod, pod.Spec.TerminationGracePeriodSeconds)
+}
+
+// stopWith marks the pod stopping (its devices stay held), asks the runtime to stop it and
+// queues its Terminating mark.
+func (c *containerRoom) stopWith(pod *v1.Pod, grace *int64) {
 	c.mu.Lock()
 	c.stopping[pod.UID] = pod
 	c.mu.Unlock()
 	c.rt.StopPod(pod.UID)
+	c.a.queueTerminating(pod, grace)
 }
 
 // onStopped releases the devices of a removed pod once nothing of it runs.
@@ -156,10 +175,7 @@ func (c *containerRoom) onStopped(uid types.UID) {
 		// and its result; the runtime starts its containers again.
 		return
 	}
-	c.a.release(pod)
-	if c.a.kube != nil {
-		c.a.kube.enqueue(pod) // a pod being deleted is deleted now (apipods.Source)
-	}
+	c.a.queueRelease(pod)
 }
 
 // isStopping reports whether the removed pod's containers or sandbox may still exist.
@@ -210,9 +226,10 @@ func (c *containerRoom) record(uid types.UID, s *podresult.RuntimeStatus) {
 	if !tracked {
 		pod = podresult.PodOf(prev) // removed, stopping: its result stays until nothing of it runs
 	}
-	r := *prev
-	r.Runtime = s
-	a.recordResult(pod, &r, true)
+	a.updateResult(pod, func(r *podresult.PodResult) bool {
+		r.Runtime = s
+		return true
+	})
 	if s.Terminal() && !prev.Runtime.Terminal() {
 		a.manager.UpdateAllocatedDevices() // a finished pod's devices go back to the pool
 	}

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -156,9 +154,15 @@ type probeContainer struct {
 // writeProbePod places the manifest of a pod of probe containers in namespace e2e.
 func (rn *runtimeNode) writeProbePod(name, restartPolicy string, containers ...probeContainer) {
 	rn.t.Helper()
+	rn.writeProbePodGrace(name, restartPolicy, 10, containers...)
+}
+
+// writeProbePodGrace is writeProbePod with the pod's terminationGracePeriodSeconds.
+func (rn *runtimeNode) writeProbePodGrace(name, restartPolicy string, graceSeconds int, containers ...probeContainer) {
+	rn.t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %q\n  namespace: e2e\n  uid: %q\nspec:\n  restartPolicy: %s\n  terminationGracePeriodSeconds: 10\n",
-		name, uidOf(name), restartPolicy)
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %q\n  namespace: e2e\n  uid: %q\nspec:\n  restartPolicy: %s\n  terminationGracePeriodSeconds: %d\n",
+		name, uidOf(name), restartPolicy, graceSeconds)
 	section := func(key string, init bool) {
 		first := true
 		for _, c := range containers {
@@ -531,17 +535,7 @@ func TestContainerRuntimeExitCodes(t *testing.T) {
 // freeGPUs is the number of GPUs a new pod could get now, from the status page's state.
 func (rn *runtimeNode) freeGPUs() int64 {
 	rn.t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + rn.healthAddr + "/api/state")
-	if err != nil {
-		rn.t.Fatalf("reading /api/state: %v", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var st statusapi.PageState
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		rn.t.Fatalf("decoding /api/state: %v", err)
-	}
-	for _, r := range st.Resources {
+	for _, r := range rn.pageState().Resources {
 		if r.Name == "nvidia.com/gpu" {
 			return r.Free
 		}

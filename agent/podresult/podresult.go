@@ -45,6 +45,21 @@ type PodResult struct {
 	// reports them, or, when kdm runs no containers, a plain statement of that. Absent in
 	// results written before kdm could run containers.
 	Runtime *RuntimeStatus `json:"runtime,omitempty"`
+	// Terminating is set from the pod's removal from its source until the container runtime
+	// confirms that none of its containers and not its sandbox are left; its devices are held
+	// until then. Nil for a pod that is not being stopped.
+	Terminating *Termination `json:"terminating,omitempty"`
+}
+
+// Termination says since when a removed pod's containers are being stopped, and with what grace
+// period (the kubelet's deletionTimestamp and deletionGracePeriodSeconds).
+type Termination struct {
+	// Since is when kdm saw the pod removed and asked the runtime to stop it.
+	Since time.Time `json:"since"`
+	// GracePeriodSeconds is how long each container has between SIGTERM and SIGKILL: the pod's
+	// terminationGracePeriodSeconds. Nil when kdm does not know the pod's spec (it was removed
+	// while kdm was down): the runtime then uses the grace period recorded on each container.
+	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
 }
 
 // DeviceConflict is one device that the pod and other pods claim (see PodResult.Conflicts).
@@ -70,11 +85,29 @@ func (r *PodResult) ConflictWarning() string {
 		". The device stays with these pods and goes to no other; delete the pod that should not hold it."
 }
 
-// PodOf rebuilds the identifying part of a pod (namespace, name, UID) from its result: enough
-// for Path and Write.
+// PodOf rebuilds the identifying part of a pod (namespace, name, UID) from its result, with its
+// containers' names (init containers and sidecars as such) and, for a terminating pod, its
+// grace period: enough for Path and Write, and for podresources to list the devices of a pod
+// known only from its result (one removed while kdm was down).
 func PodOf(r *PodResult) *v1.Pod {
 	p := &v1.Pod{}
 	p.Namespace, p.Name, p.UID = r.Namespace, r.Name, r.UID
+	for _, c := range r.Containers {
+		if !c.Init {
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: c.Name})
+			continue
+		}
+		ic := v1.Container{Name: c.Name}
+		if c.Sidecar {
+			always := v1.ContainerRestartPolicyAlways
+			ic.RestartPolicy = &always
+		}
+		p.Spec.InitContainers = append(p.Spec.InitContainers, ic)
+	}
+	if r.Terminating != nil && r.Terminating.GracePeriodSeconds != nil {
+		grace := *r.Terminating.GracePeriodSeconds
+		p.Spec.TerminationGracePeriodSeconds = &grace
+	}
 	return p
 }
 

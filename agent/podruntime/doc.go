@@ -8,7 +8,9 @@
 // started and kept, then the app containers, restarted per the pod's restartPolicy with the
 // kubelet's crash back-off. Pods the source no longer lists, and kdm-labelled pods it never listed
 // (orphans), are stopped and removed: containers first, then the sandbox; only then is OnStopped
-// called, and only then may the pod's devices be released.
+// called, and only then may the pod's devices be released. As the kubelet's pod workers do, each
+// removed pod is stopped by a goroutine of its own (kill.go): pods removed together stop together,
+// each with its own grace period, and no pod's stop waits for another's.
 //
 // Everything the Runtime creates carries the kubelet's labels (io.kubernetes.pod.uid, ...) and the
 // label kdm.io/managed=true; the Runtime never touches a sandbox or container without that label.

@@ -409,9 +409,11 @@ func (s *podSync) start(ctx context.Context, c *v1.Container, restart uint32) bo
 		return fail(reasonCreateError, fmt.Errorf("CreateContainer: %w", err))
 	}
 	s.acted = true
+	crashAt(CrashAfterCreate)
 	if _, err := s.rt.rt.StartContainer(cctx, &cri.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
 		return fail(reasonRunError, fmt.Errorf("StartContainer %s: %w", resp.ContainerId, err))
 	}
+	crashAt(CrashAfterStart)
 	delete(r.waiting, key)
 	log.V(2).Info("Started container", "containerID", resp.ContainerId, "restartCount", restart)
 	return true

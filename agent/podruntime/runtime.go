@@ -51,7 +51,8 @@ type Config struct {
 	// OnStopped, when set, is called once every container and the sandbox of a pod that Pods no
 	// longer lists (or that the runtime holds but Pods never listed: an orphan, or that StopPod
 	// named) are stopped and removed. Only then may the pod's devices be released. Called from
-	// Run's goroutine.
+	// the goroutine that stopped the pod (one per pod, kill.go): for different pods, at the
+	// same time.
 	OnStopped func(uid types.UID)
 	// SyncPeriod is the relist and sync period; default DefaultSyncPeriod. It runs on real time.
 	SyncPeriod time.Duration
@@ -98,6 +99,8 @@ type Runtime struct {
 	exitSeen map[string]time.Time            // when an exited container was first seen (Clock)
 	cstatus  map[string]*cri.ContainerStatus // the runtime's last status of each container
 	carried  map[types.UID]map[string]uint32 // restart counts carried over a replaced sandbox
+	killing  map[types.UID]bool              // pods a goroutine of their own is stopping (kill.go)
+	kills    sync.WaitGroup                  // those goroutines
 
 	mu       sync.Mutex
 	running  bool                    // Run was called
@@ -106,6 +109,8 @@ type Runtime struct {
 	statuses map[types.UID]PodStatus // the last status of each listed pod
 	// stopRequests are the pods StopPod asked to stop, until a sync handles them.
 	stopRequests map[types.UID]bool
+	// killed are the pod stops that ended, until the next sync forgets them (kill.go).
+	killed []killOutcome
 }
 
 // runtimeClients are the CRI services of one connection.
@@ -174,6 +179,7 @@ func New(cfg Config) (*Runtime, error) {
 		exitSeen: make(map[string]time.Time),
 		cstatus:  make(map[string]*cri.ContainerStatus),
 		carried:  make(map[types.UID]map[string]uint32),
+		killing:  make(map[types.UID]bool),
 		runtime:  "containerd",
 		statuses: make(map[types.UID]PodStatus),
 	}, nil
@@ -188,6 +194,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	defer r.kills.Wait() // before the connection closes: the stops use it
 	r.mu.Lock()
 	if r.running {
 		r.mu.Unlock()

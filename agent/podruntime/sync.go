@@ -41,6 +41,7 @@ type waitReason struct{ reason, message string }
 
 // syncAll relists the runtime, removes the pods no longer listed and syncs the listed ones.
 func (r *Runtime) syncAll(ctx context.Context, rt runtimeClients) {
+	r.reapKills()
 	pods := r.cfg.Pods()
 	listed := make(map[types.UID]*v1.Pod, len(pods))
 	for _, p := range pods {
@@ -53,7 +54,9 @@ func (r *Runtime) syncAll(ctx context.Context, rt runtimeClients) {
 		return
 	}
 
-	// Removals first: their devices may be what a listed pod waits for.
+	// Removals first: their devices may be what a listed pod waits for. Each removed pod is
+	// stopped by a goroutine of its own (kill.go), so pods removed together stop together,
+	// each with its own grace period, and no pod's stop waits for another's.
 	var gone []types.UID
 	for uid := range records {
 		if listed[uid] == nil {
@@ -72,26 +75,15 @@ func (r *Runtime) syncAll(ctx context.Context, rt runtimeClients) {
 	}
 	sort.Slice(gone, func(i, j int) bool { return gone[i] < gone[j] })
 	for _, uid := range gone {
-		pod := r.known[uid]
-		if err := r.killPod(ctx, rt, uid, pod, records[uid]); err != nil {
-			r.log.Error(err, "Stopping a removed pod failed; retrying at the next sync", "podUID", uid, "pod", podRef(pod))
-			continue
-		}
-		if pod == nil {
-			r.log.Info("Removed an orphaned pod's containers and sandbox", "podUID", uid)
-		}
-		delete(r.known, uid)
-		r.forget(uid)
-		r.mu.Lock()
-		delete(r.statuses, uid)
-		r.mu.Unlock()
-		if r.cfg.OnStopped != nil {
-			r.cfg.OnStopped(uid)
-		}
+		r.startKill(ctx, rt, uid, r.known[uid], records[uid])
 	}
 
 	seen := make(map[string]bool)
 	for _, pod := range pods {
+		if r.killing[pod.UID] {
+			// Listed again while its old containers stop: it is synced once they are gone.
+			continue
+		}
 		r.known[pod.UID] = pod
 		rec := records[pod.UID]
 		if rec == nil {
@@ -147,7 +139,8 @@ func (r *Runtime) list(ctx context.Context, rt runtimeClients) (map[types.UID]*p
 }
 
 // killPod stops and removes every container, then every sandbox, of the pod. pod is nil for an
-// orphan. NotFound counts as done.
+// orphan. NotFound counts as done. It touches no state of Run's loop: the goroutine stopping a
+// removed pod calls it (kill.go).
 func (r *Runtime) killPod(ctx context.Context, rt runtimeClients, uid types.UID, pod *v1.Pod, rec *podRecord) error {
 	if rec == nil {
 		return nil
@@ -158,7 +151,7 @@ func (r *Runtime) killPod(ctx context.Context, rt runtimeClients, uid types.UID,
 	}
 	var errs []error
 	for _, c := range rec.containers {
-		if err := r.removeContainer(ctx, rt, c.Id); err != nil {
+		if err := r.removeContainerRPC(ctx, rt, c.Id); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -210,14 +203,26 @@ func (r *Runtime) stopContainer(ctx context.Context, rt runtimeClients, c *cri.C
 	return nil
 }
 
+// removeContainer removes a container and forgets what Run's loop knew of it. Called from Run's
+// goroutine.
 func (r *Runtime) removeContainer(ctx context.Context, rt runtimeClients, id string) error {
+	if err := r.removeContainerRPC(ctx, rt, id); err != nil {
+		return err
+	}
+	delete(r.cstatus, id)
+	delete(r.exitSeen, id)
+	return nil
+}
+
+// removeContainerRPC removes a container. It touches no state of Run's loop, so the goroutine
+// stopping a removed pod calls it (the loop drops the removed containers' cached statuses at
+// its next sync, since no listed pod has them).
+func (r *Runtime) removeContainerRPC(ctx context.Context, rt runtimeClients, id string) error {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RPCTimeout)
 	defer cancel()
 	if _, err := rt.rt.RemoveContainer(cctx, &cri.RemoveContainerRequest{ContainerId: id}); err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("RemoveContainer %s: %w", id, err)
 	}
-	delete(r.cstatus, id)
-	delete(r.exitSeen, id)
 	return nil
 }
 

@@ -106,8 +106,11 @@ type PagePod struct {
 	Waiting *PageWait `json:"waiting,omitempty"`
 	// RuntimePhase is the phase the container runtime's states give (Pending, Running,
 	// Succeeded, Failed); empty when kdm runs no containers.
-	RuntimePhase string          `json:"runtimePhase,omitempty"`
-	Containers   []PageContainer `json:"containers,omitempty"`
+	RuntimePhase string `json:"runtimePhase,omitempty"`
+	// Terminating is set from the pod's removal until the container runtime confirms that its
+	// containers are gone; its devices stay held until then (podresult.Termination).
+	Terminating *podresult.Termination `json:"terminating,omitempty"`
+	Containers  []PageContainer        `json:"containers,omitempty"`
 }
 
 // PageWait is what a waiting pod waits for and until when.
@@ -222,6 +225,7 @@ func PagePodOf(r *podresult.PodResult, waiting *PageWait) PagePod {
 	if r.Runtime != nil && r.Runtime.ContainersRun {
 		p.RuntimePhase = string(r.Runtime.Phase)
 	}
+	p.Terminating = r.Terminating
 	for _, c := range r.Containers {
 		pc := PageContainer{Name: c.Name, Init: c.Init, Sidecar: c.Sidecar}
 		if devs := c.Devices(); len(devs) > 0 {

@@ -24,7 +24,8 @@ import (
 const getAbout = `Asks a running kdm (kdm run) what it holds, as 'kubectl describe node' and 'nvidia-smi' would:
 
   pods       each pod's containers and the devices they hold (from podresources), with the
-             pod's admission outcome (Admitted, Pending, Rejected: reason)
+             pod's admission outcome (Admitted, Pending, Rejected: reason), or Terminating
+             while a removed pod's containers stop (it holds its devices until they are gone)
   devices    every device: its resource, health, NUMA nodes and the pod and containers holding it
   resources  every device resource: capacity, allocatable, in use, free and unhealthy devices
   plugins    every resource's device plugin: running or stopped, its socket, and for a stopped

@@ -10,6 +10,7 @@ import (
 
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/agent/statusapi"
 	"github.com/kdm-project/kdm/devicemanager"
 )
@@ -51,6 +52,9 @@ type getPod struct {
 	// RuntimePhase is the phase of the pod's containers in the container runtime (Pending,
 	// Running, Succeeded, Failed); empty when kdm runs no containers.
 	RuntimePhase string `json:"runtimePhase,omitempty"`
+	// Terminating is set while a removed pod's containers are being stopped: its devices are
+	// held until the container runtime confirms they are gone.
+	Terminating *podresult.Termination `json:"terminating,omitempty"`
 	// Waiting is what a Pending pod waits for: a resource whose plugin has not registered.
 	Waiting    *getWait       `json:"waiting,omitempty"`
 	Containers []getContainer `json:"containers"`
@@ -133,6 +137,7 @@ func newPodList(pr *podresourcesv1.ListPodResourcesResponse, st *statusapi.PageS
 func (p *getPod) setOutcome(k *statusapi.PagePod, now time.Time) {
 	p.UID, p.Phase, p.Reason, p.Message = string(k.UID), k.Phase, k.Reason, k.Message
 	p.RuntimePhase = k.RuntimePhase
+	p.Terminating = k.Terminating
 	if w := k.Waiting; w != nil {
 		p.Waiting = &getWait{Container: w.Container, Resource: w.Resource,
 			RemainingSeconds: max(w.Deadline.Sub(now), 0).Seconds()}
@@ -173,6 +178,8 @@ func (p getPod) status() string {
 	switch {
 	case p.Phase == "":
 		return "-"
+	case p.Terminating != nil:
+		return "Terminating" // as kubectl shows a pod being deleted, whatever its phase
 	case p.Reason != "":
 		return p.Phase + ": " + p.Reason
 	case p.Waiting != nil:

@@ -244,8 +244,10 @@
     }
     if (p.warning) body += `<div class="warning">${txt(p.warning)}</div>`;
     const running = p.runtimePhase ? badge(p.runtimePhase) : "";
-    return `<div class="pod" data-pod="${esc(name)}" data-phase="${esc(p.phase)}" data-runtime-phase="${esc(p.runtimePhase || "")}">` +
-      `<div class="pod-head"><span class="pod-name" title="${txt(name)}">${txt(name)}</span>${badge(p.phase)}${running}</div>` +
+    // A removed pod holds its devices until the runtime confirms its containers are gone.
+    const terminating = p.terminating ? badge("Terminating") : "";
+    return `<div class="pod" data-pod="${esc(name)}" data-phase="${esc(p.phase)}" data-runtime-phase="${esc(p.runtimePhase || "")}" data-terminating="${p.terminating ? "true" : ""}">` +
+      `<div class="pod-head"><span class="pod-name" title="${txt(name)}">${txt(name)}</span>${badge(p.phase)}${running}${terminating}</div>` +
       `<div class="pod-body">${body}</div></div>`;
   }
 
