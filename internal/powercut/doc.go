@@ -14,6 +14,13 @@
 // journalling file system such as ext4 usually commits names within seconds, so it loses less
 // in practice, but promises no more.
 //
+// By default a cut keeps no unsynced write; with FS.WriteBackAtCut it keeps them all (the
+// kernel wrote every dirty page back just before the power went), which makes a file
+// overwritten in place, cut between two of its writes, the torn file a disk may hold. The
+// truth on a real disk lies between the two; a test that passes under both at every op
+// boundary holds whichever pages were written back, as long as whole writes reach the disk
+// in order within a file.
+//
 // Tests mount it (Mount), run the code under test on it, and either cut at once (Cut) or arm a
 // cut after the n-th counted op (CutAfter). The counted ops are those that change what the
 // running system sees or what a cut leaves: writes, truncations, creations, renames, links,

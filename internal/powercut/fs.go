@@ -406,10 +406,12 @@ func (r *rawFS) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 			return "", fuse.EIO
 		}
 		if n.isDir() {
-			n.durEntries = cloneEntries(n.entries)
+			r.syncDir(n)
 			return "fsync dir " + n.name, fuse.OK
 		}
-		n.durable = slices.Clone(n.data)
+		if !r.fs.dropFileSyncs {
+			n.durable = slices.Clone(n.data)
+		}
 		return "fsync " + n.name, fuse.OK
 	})
 }
@@ -455,12 +457,19 @@ func (r *rawFS) FsyncDir(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 		if !st.Ok() {
 			return "", st
 		}
-		d.durEntries = cloneEntries(d.entries)
+		r.syncDir(d)
 		if d.ino == rootIno {
 			return "fsync dir /", fuse.OK
 		}
 		return "fsync dir " + d.name, fuse.OK
 	})
+}
+
+// syncDir makes d's names durable, unless the FS drops directory syncs.
+func (r *rawFS) syncDir(d *node) {
+	if !r.fs.dropDirSyncs {
+		d.durEntries = cloneEntries(d.entries)
+	}
 }
 
 func (r *rawFS) StatFs(_ <-chan struct{}, _ *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {

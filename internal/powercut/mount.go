@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,9 @@ type FS struct {
 	cut    bool
 	image  *Image        // the durable state at the cut
 	cutNow chan struct{} // closed at the cut
+
+	dropFileSyncs, dropDirSyncs bool
+	writeBack                   bool
 }
 
 // Available reports why no power-cut file system can be mounted here (nil when one can):
@@ -92,6 +96,13 @@ func (f *FS) cutLocked() {
 		return
 	}
 	f.cut = true
+	if f.writeBack {
+		for _, n := range f.m.nodes {
+			if !n.isDir() {
+				n.durable = slices.Clone(n.data)
+			}
+		}
+	}
 	f.image = &Image{m: f.m.durableCopy()}
 	close(f.cutNow)
 }
@@ -157,6 +168,26 @@ func (f *FS) SyncAll() {
 	if !f.cut {
 		f.m.syncAll()
 	}
+}
+
+// DropSyncs makes later fsyncs of files (fsync and fdatasync), of directories, or of both
+// succeed without making anything durable, like a disk that acknowledges a cache flush it
+// never does. Tests use it to show that their checks catch a program that skips a sync.
+func (f *FS) DropSyncs(files, dirs bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropFileSyncs, f.dropDirSyncs = files, dirs
+}
+
+// WriteBackAtCut makes the cut keep every write made before it, synced or not, as if the
+// kernel had written all dirty pages back just before the power went: file contents reach the
+// disk, names still only by a directory sync. Cut at every op, this is the other extreme from
+// the default (no unsynced write reaches the disk), and it shows a file overwritten in place
+// while its name is durable as the torn file a cut between two of its writes leaves.
+func (f *FS) WriteBackAtCut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writeBack = true
 }
 
 // Unmount unmounts the file system and waits for its server to end. Every file in it must be

@@ -343,3 +343,14 @@ func TestUnixSocketsAndLocks(t *testing.T) {
 		t.Fatalf("a second exclusive flock: %v, want EWOULDBLOCK", err)
 	}
 }
+
+// TestWriteBackAtCut: with write-back every write reaches the disk, synced or not, while a
+// name still needs its directory's sync.
+func TestWriteBackAtCut(t *testing.T) {
+	f := mount(t, nil)
+	f.WriteBackAtCut()
+	durableFile(t, f, "a", "old")
+	writeFile(t, filepath.Join(f.Dir(), "a"), "new", false)
+	writeFile(t, filepath.Join(f.Dir(), "b"), "B", true)
+	wantContent(t, f.Cut(), map[string]string{"a": "new", "b": "<absent>"})
+}
