@@ -109,9 +109,7 @@ func (r *cutRun) waitOrCut(what string, cond func() bool) bool {
 // Allocate returned before the cut must be restored exactly, the checkpoint must decode
 // (nothing torn), and no device may be assigned to two pods.
 func TestPowerCut(t *testing.T) {
-	if err := powercut.Available(); err != nil {
-		t.Skipf("skipping the power-cut suite: %v", err)
-	}
+	powercut.SkipUnlessAvailable(t)
 	for _, policy := range PolicyNames() {
 		for _, sc := range cutScenarios {
 			t.Run(policy+"/"+sc.name, func(t *testing.T) {
@@ -145,9 +143,7 @@ func TestPowerCut(t *testing.T) {
 // syncs (or the file syncs) of the operation made ineffective, a cut right after Allocate
 // returned loses the allocation, under every policy.
 func TestPowerCutCatchesMissingSyncs(t *testing.T) {
-	if err := powercut.Available(); err != nil {
-		t.Skipf("skipping the power-cut suite: %v", err)
-	}
+	powercut.SkipUnlessAvailable(t)
 	for _, policy := range PolicyNames() {
 		for _, drop := range []string{"dir", "file"} {
 			t.Run(policy+"/"+drop, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -204,4 +205,22 @@ func (f *FS) Unmount() error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("unmounting the power-cut file system at %s: %w", f.dir, err)
+}
+
+// RequireEnv names the environment variable that turns a missing FUSE from a skip into a
+// failure (CI sets it, so that the power-cut suites never pass by not running).
+const RequireEnv = "KDM_REQUIRE_FUSE"
+
+// SkipUnlessAvailable skips tb, saying why, when no power-cut file system can be mounted
+// here, or fails it when RequireEnv is set.
+func SkipUnlessAvailable(tb testing.TB) {
+	tb.Helper()
+	err := Available()
+	switch {
+	case err == nil:
+	case os.Getenv(RequireEnv) != "":
+		tb.Fatalf("%v (%s is set: the power-cut tests must run)", err, RequireEnv)
+	default:
+		tb.Skipf("skipping: %v (set %s to fail instead)", err, RequireEnv)
+	}
 }

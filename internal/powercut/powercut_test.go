@@ -18,9 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // mount mounts a power-cut file system holding img for the test and unmounts it at cleanup.
 func mount(t *testing.T, img *Image) *FS {
 	t.Helper()
-	if err := Available(); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	SkipUnlessAvailable(t)
 	f, err := Mount(t.TempDir(), img)
 	if err != nil {
 		t.Fatal(err)
