@@ -30,6 +30,7 @@ type cutRun struct {
 	m      *Manager
 	plugin *plugintest.Plugin
 	pods   *podList
+	plain  bool // Config.PlainCheckpointWrites
 	// returned maps "pod/container" to the devices of every Allocate that returned nil, as
 	// the manager reported them then.
 	returned map[string]string
@@ -48,8 +49,9 @@ func (r *cutRun) cutted() bool {
 	}
 }
 
-// startCutManager starts a manager with the run's policy on dir.
-func startCutManager(t *testing.T, policy, dir string, pods *podList) (*Manager, error) {
+// startCutManager starts a manager with the run's policy on dir; plain makes its checkpoint
+// writes the plain ones (Config.PlainCheckpointWrites).
+func startCutManager(t *testing.T, policy, dir string, pods *podList, plain bool) (*Manager, error) {
 	pol, err := ParsePolicy(policy)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +61,8 @@ func startCutManager(t *testing.T, policy, dir string, pods *podList) (*Manager,
 		Policy:     pol,
 		Logger:     ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(1))),
 		Registerer: prometheus.NewRegistry(),
+
+		PlainCheckpointWrites: plain,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +145,7 @@ func runCut(t *testing.T, policy string, sc cutScenario, o cutOpts) cutResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &cutRun{t: t, policy: policy, fs: fs, pods: newPodList(), returned: map[string]string{}}
+	r := &cutRun{t: t, policy: policy, fs: fs, pods: newPodList(), plain: sc.plain, returned: map[string]string{}}
 	defer func() {
 		if r.plugin != nil {
 			r.plugin.Stop()
@@ -153,7 +157,7 @@ func runCut(t *testing.T, policy string, sc cutScenario, o cutOpts) cutResult {
 			t.Error(err)
 		}
 	}()
-	if r.m, err = startCutManager(t, policy, mnt, r.pods); err != nil {
+	if r.m, err = startCutManager(t, policy, mnt, r.pods, sc.plain); err != nil {
 		t.Fatal(err)
 	}
 	r.plugin = testPlugin(t, mnt, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, ids("g", cutDevices)...), envAllocator("GPU"))
@@ -231,7 +235,7 @@ func (r *cutRun) checkRestart(img *powercut.Image) []string {
 			problems = append(problems, cutDoubleAssigned(data)...)
 		}
 	}
-	m, err := startCutManager(r.t, r.policy, dir, r.pods)
+	m, err := startCutManager(r.t, r.policy, dir, r.pods, false)
 	if err != nil {
 		return append(problems, fmt.Sprintf("the restarted manager does not start: %v", err))
 	}

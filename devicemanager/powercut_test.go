@@ -20,9 +20,29 @@ type cutScenario struct {
 	name  string
 	setup func(r *cutRun)
 	op    func(r *cutRun)
+	// plain runs the manager with Config.PlainCheckpointWrites (a new file per write, as
+	// on systems without renameat2).
+	plain bool
 }
 
-var cutScenarios = []cutScenario{
+var cutScenarios = append(spareScenarios, plainScenarios()...)
+
+// plainScenarios are the allocate and health scenarios with plain checkpoint writes.
+func plainScenarios() []cutScenario {
+	var out []cutScenario
+	for _, sc := range spareScenarios {
+		if sc.name == "allocate" || sc.name == "health" {
+			sc.name += ",plain"
+			sc.plain = true
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// spareScenarios run the manager with its default checkpoint writes (on Linux, through the
+// spares).
+var spareScenarios = []cutScenario{
 	{
 		name:  "allocate",
 		setup: func(r *cutRun) { r.allocate("p1", 2) },
@@ -67,7 +87,7 @@ var cutScenarios = []cutScenario{
 		op: func(r *cutRun) {
 			_ = r.m.Stop()
 			r.m = nil
-			m, err := startCutManager(r.t, r.policy, r.fs.Dir(), r.pods)
+			m, err := startCutManager(r.t, r.policy, r.fs.Dir(), r.pods, r.plain)
 			if err != nil {
 				if !r.cutted() {
 					r.t.Fatalf("restart before any cut: %v", err)
