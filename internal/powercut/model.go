@@ -240,16 +240,17 @@ func ImageOf(dir string) (*Image, error) {
 			if err := unix.Lstat(p, &st); err != nil {
 				return err
 			}
-			if ino, ok := inos[[2]uint64{st.Dev, st.Ino}]; ok && st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			mode := uint32(st.Mode) // uint16 on some systems
+			if ino, ok := inos[[2]uint64{uint64(st.Dev), st.Ino}]; ok && mode&syscall.S_IFMT != syscall.S_IFDIR {
 				parent.entries[e.Name()] = ino
 				m.nodes[ino].nlink++
 				continue
 			}
-			n := m.add(st.Mode, st.Uid, st.Gid, e.Name())
-			inos[[2]uint64{st.Dev, st.Ino}] = n.ino
+			n := m.add(mode, st.Uid, st.Gid, e.Name())
+			inos[[2]uint64{uint64(st.Dev), st.Ino}] = n.ino
 			parent.entries[e.Name()] = n.ino
 			n.nlink++
-			switch st.Mode & syscall.S_IFMT {
+			switch mode & syscall.S_IFMT {
 			case syscall.S_IFDIR:
 				parent.nlink++
 				err = walk(n, p)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package powercut
 
 import (
@@ -41,7 +43,7 @@ func writeFile(t *testing.T, path, content string, sync bool) {
 		t.Fatal(err)
 	}
 	if sync {
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
 	}
