@@ -34,6 +34,9 @@ type cutRun struct {
 	// returned maps "pod/container" to the devices of every Allocate that returned nil, as
 	// the manager reported them then.
 	returned map[string]string
+	// removed holds "pod/container" of every allocation whose garbage collection returned:
+	// a restart must not bring it back.
+	removed map[string]bool
 }
 
 // cutDevices is how many devices the scenarios' plugin serves.
@@ -145,7 +148,7 @@ func runCut(t *testing.T, policy string, sc cutScenario, o cutOpts) cutResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &cutRun{t: t, policy: policy, fs: fs, pods: newPodList(), plain: sc.plain, returned: map[string]string{}}
+	r := &cutRun{t: t, policy: policy, fs: fs, pods: newPodList(), plain: sc.plain, returned: map[string]string{}, removed: map[string]bool{}}
 	defer func() {
 		if r.plugin != nil {
 			r.plugin.Stop()
@@ -212,8 +215,9 @@ func (r *cutRun) waitForListedDevices() {
 }
 
 // checkRestart restarts a manager on the disk a cut left (written into an ordinary
-// directory) and reports every returned allocation it lost, a checkpoint that does not
-// decode, a quarantined file, and a device assigned to two pods.
+// directory) and reports every returned allocation it lost, every collected one it brought
+// back, a checkpoint that does not decode, a quarantined file, and a device assigned to two
+// pods.
 func (r *cutRun) checkRestart(img *powercut.Image) []string {
 	var problems []string
 	dir := shortDir(r.t)
@@ -244,6 +248,12 @@ func (r *cutRun) checkRestart(img *powercut.Image) []string {
 		uid, c, _ := strings.Cut(key, "/")
 		if got := cutAllocatedIDs(m, uid, c); got != r.returned[key] {
 			problems = append(problems, fmt.Sprintf("lost the allocation of %s: restored [%s], Allocate returned [%s]", key, got, r.returned[key]))
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(r.removed)) {
+		uid, c, _ := strings.Cut(key, "/")
+		if got := cutAllocatedIDs(m, uid, c); got != "" {
+			problems = append(problems, fmt.Sprintf("brought back the collected allocation of %s: [%s]", key, got))
 		}
 	}
 	if names, _ := filepath.Glob(filepath.Join(dir, checkpoint.FileName+".corrupt-*")); len(names) > 0 {

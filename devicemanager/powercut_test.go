@@ -59,6 +59,9 @@ var spareScenarios = []cutScenario{
 			r.pods.remove("p1")
 			delete(r.returned, "p1/c")
 			r.m.UpdateAllocatedDevices()
+			if !r.cutted() {
+				r.removed["p1/c"] = true
+			}
 			r.allocate("p3", 5)
 		},
 	},
@@ -126,8 +129,9 @@ func (r *cutRun) waitOrCut(what string, cond func() bool) bool {
 // TestPowerCut runs each scenario under every policy once to count the file-system ops of
 // its operation (n), then again from the same start for k = 1..n with the power cut right
 // after op k, and each time restarts a manager on what the disk kept. Every allocation whose
-// Allocate returned before the cut must be restored exactly, the checkpoint must decode
-// (nothing torn), and no device may be assigned to two pods.
+// Allocate returned before the cut must be restored exactly, no allocation whose garbage
+// collection returned may come back, the checkpoint must decode (nothing torn), and no device
+// may be assigned to two pods.
 func TestPowerCut(t *testing.T) {
 	powercut.SkipUnlessAvailable(t)
 	for _, policy := range PolicyNames() {
@@ -179,8 +183,9 @@ func TestPowerCutCatchesMissingSyncs(t *testing.T) {
 }
 
 // TestPowerCutCheckReports shows the restart check's other findings on disks made to hold
-// them: a torn checkpoint (cut short), which does not decode and is quarantined, and one that
-// gives a device to two pods.
+// them: a torn checkpoint (cut short), which does not decode and is quarantined; a stale one,
+// which still holds an allocation whose garbage collection returned; and one that gives a
+// device to two pods.
 func TestPowerCutCheckReports(t *testing.T) {
 	entry := func(pod, dev string) checkpoint.PodDevicesEntry {
 		return checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: "c", ResourceName: gpu,
@@ -201,13 +206,15 @@ func TestPowerCutCheckReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
-		file []byte
-		want []string
+		name      string
+		file      []byte
+		collected bool // p1's allocation was garbage-collected rather than returned
+		want      []string
 	}{
-		{"whole", whole, nil},
-		{"torn", whole[:len(whole)/2], []string{"the checkpoint does not decode", "lost the allocation of p1/c", "the restart quarantined"}},
-		{"shared", shared, []string{"device " + gpu + "/g0 is assigned to pods p1 and p2"}},
+		{"whole", whole, false, nil},
+		{"torn", whole[:len(whole)/2], false, []string{"the checkpoint does not decode", "lost the allocation of p1/c", "the restart quarantined"}},
+		{"stale", whole, true, []string{"brought back the collected allocation of p1/c"}},
+		{"shared", shared, false, []string{"device " + gpu + "/g0 is assigned to pods p1 and p2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := shortDir(t)
@@ -221,6 +228,9 @@ func TestPowerCutCheckReports(t *testing.T) {
 			pods := newPodList()
 			pods.add(testPod("p1", container("c", map[string]int64{gpu: 1})))
 			r := &cutRun{t: t, policy: KDMPolicyName, pods: pods, returned: map[string]string{"p1/c": "g0"}}
+			if tc.collected {
+				r.returned, r.removed = nil, map[string]bool{"p1/c": true}
+			}
 			problems := r.checkRestart(img)
 			if len(problems) != len(tc.want) {
 				t.Fatalf("the check found %q, want %q", problems, tc.want)
