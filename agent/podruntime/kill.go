@@ -41,6 +41,11 @@ func (r *Runtime) startKill(ctx context.Context, rt runtimeClients, uid types.UI
 			if pod == nil && rec != nil {
 				r.log.Info("Removed an orphaned pod's containers and sandbox", "podUID", uid)
 			}
+			// Nothing of the pod is left: its status goes before OnStopped, so a caller
+			// released by OnStopped never reads a status of a pod that is gone.
+			r.mu.Lock()
+			delete(r.statuses, uid)
+			r.mu.Unlock()
 			if r.cfg.OnStopped != nil {
 				r.cfg.OnStopped(uid)
 			}
