@@ -154,7 +154,7 @@ crashloop:
 
 ## demo: the tour on an embedded default: manager, mock GPUs, sample pods, checkpoint, restart.
 demo:
-	@$(GO) run ./internal/buildprogress -- $(GO) build -o $(BIN)/kdm ./cmd/kdm
+	@$(GO) run ./internal/buildprogress -- $(GO) build -ldflags "$(STAMP)" -o $(BIN)/kdm ./cmd/kdm
 	$(BIN)/kdm demo
 
 ## demo-runtime: a GPU pod as a real container. Installs Debian's containerd and runc when they
