@@ -10,14 +10,72 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore powercut powercut-kubelet
+.PHONY: all build install install-files release demo-runtime check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore powercut powercut-kubelet
 
 all: build
 
+# The build's version and commit, stamped into both binaries (`kdm version`): `git describe
+# --tags`, else the VERSION file; the commit from git (with -dirty for a changed tree), else
+# "unknown", so that a build from an exported tree is stamped too.
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || cat VERSION 2>/dev/null || echo unknown)
+COMMIT  ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) || c=unknown; \
+             if [ "$$c" != unknown ] && ! git diff --quiet HEAD 2>/dev/null; then c=$$c-dirty; fi; echo $$c)
+STAMP   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
 build:
+	@echo "make build: compiling every package, then bin/kdm and bin/kdm-nvml-plugin (a cold build cache compiles the Kubernetes libraries first: minutes; -v lists each package)"
 	$(GO) build $(PKGS)
 	@mkdir -p $(BIN)
-	@for c in $$(ls cmd 2>/dev/null); do $(GO) build -o $(BIN)/$$c ./cmd/$$c || exit 1; done
+	@for c in $$(ls cmd 2>/dev/null); do $(GO) build -ldflags "$(STAMP)" -o $(BIN)/$$c ./cmd/$$c || exit 1; done
+
+## release: static, stripped (-s -w), -trimpath, version-stamped binaries and their SHA256SUMS
+## in $(RELEASE_DIR), each checked to be under 40 MB. kdm is linked fully static; the GPU plugin
+## links Go statically but glibc dynamically, because it dlopen()s libnvidia-ml.so.1, which a
+## static glibc cannot load (docs/install.md). grpcnotrace leaves out gRPC's x/net/trace, whose
+## html/template keeps every exported method of every type in the binary (66 MB instead of 40).
+## A cold build compiles everything again.
+RELEASE_DIR ?= $(BIN)/release
+RELEASE_MAX_BYTES ?= 41943040
+RELEASE_FLAGS := -trimpath -tags netgo,osusergo,grpcnotrace
+release:
+	@rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	@echo "make release: $(VERSION) (commit $(COMMIT)) into $(RELEASE_DIR); step 1 of 2: kdm"
+	$(GO) build $(RELEASE_FLAGS) -ldflags "-s -w $(STAMP) -linkmode external -extldflags -static" -o $(RELEASE_DIR)/kdm ./cmd/kdm
+	@echo "make release: step 2 of 2: kdm-nvml-plugin"
+	$(GO) build $(RELEASE_FLAGS) -ldflags "-s -w $(STAMP)" -o $(RELEASE_DIR)/kdm-nvml-plugin ./cmd/kdm-nvml-plugin
+	cd $(RELEASE_DIR) && sha256sum kdm kdm-nvml-plugin > SHA256SUMS
+	@for f in $(RELEASE_DIR)/kdm $(RELEASE_DIR)/kdm-nvml-plugin; do \
+	  n=$$(stat -c %s $$f); printf '%s: %d bytes (%d MiB)\n' $$f $$n $$((n / 1048576)); \
+	  if [ $$n -ge $(RELEASE_MAX_BYTES) ]; then echo "make release: $$f is over $(RELEASE_MAX_BYTES) bytes" >&2; exit 1; fi; \
+	done
+	@cat $(RELEASE_DIR)/SHA256SUMS
+	$(RELEASE_DIR)/kdm version
+
+## install: the binaries into $(DESTDIR)$(PREFIX)/bin, then install-files. Then:
+## systemctl daemon-reload && systemctl enable --now kdm (docs/install.md).
+## install-files: the systemd units kdm.service and kdm-nvml-plugin.service into
+## $(DESTDIR)$(UNITDIR), and their flags files into $(DESTDIR)$(SYSCONFDIR)/default/ (an existing
+## flags file is kept; the new defaults are in deploy/).
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+UNITS      := kdm kdm-nvml-plugin
+install: install-files
+	@mkdir -p $(BIN)
+	@for c in $(UNITS); do echo "building $(BIN)/$$c $(VERSION) (commit $(COMMIT))"; \
+	  $(GO) build $(RELEASE_FLAGS) -ldflags "-s -w $(STAMP)" -o $(BIN)/$$c ./cmd/$$c || exit 1; done
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN)/kdm $(BIN)/kdm-nvml-plugin $(DESTDIR)$(PREFIX)/bin/
+
+install-files:
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default
+	@for u in $(UNITS); do \
+	  sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/$$u.service > $(DESTDIR)$(UNITDIR)/$$u.service && \
+	  chmod 0644 $(DESTDIR)$(UNITDIR)/$$u.service && echo "installed $(DESTDIR)$(UNITDIR)/$$u.service" || exit 1; \
+	  if [ -e $(DESTDIR)$(SYSCONFDIR)/default/$$u ]; then \
+	    echo "kept $(DESTDIR)$(SYSCONFDIR)/default/$$u (the new defaults: deploy/$$u.env)"; \
+	  else install -m 0644 deploy/$$u.env $(DESTDIR)$(SYSCONFDIR)/default/$$u && echo "installed $(DESTDIR)$(SYSCONFDIR)/default/$$u" || exit 1; fi; \
+	done
 
 ## check: the inner loop: formatting, vet, staticcheck and the race-enabled short tests, which
 ## skip what needs a kube-apiserver, a browser, the whole conformance suite or a crash loop.
@@ -115,8 +173,16 @@ crashloop:
 
 ## demo: the tour on an embedded default: manager, mock GPUs, sample pods, checkpoint, restart.
 demo:
-	@echo "make demo: building kdm (a cold build cache compiles the dependencies first: minutes)"
-	$(GO) run ./cmd/kdm demo
+	@$(GO) run ./internal/buildprogress -- $(GO) build -ldflags "$(STAMP)" -o $(BIN)/kdm ./cmd/kdm
+	$(BIN)/kdm demo
+
+## demo-runtime: a GPU pod as a real container. Installs Debian's containerd and runc when they
+## are missing, starts a private containerd, builds the probe image locally (no registry), makes
+## device nodes for the mock GPUs, runs kdm and the GPU plugin, prints what the container saw
+## and that its GPUs are free again, and stops everything. Needs root.
+demo-runtime:
+	@$(GO) run ./internal/buildprogress -- $(GO) build -ldflags "$(STAMP)" -o $(BIN)/ ./cmd/kdm ./cmd/kdm-nvml-plugin ./internal/demoruntime
+	$(BIN)/demoruntime --bin $(BIN)
 
 clean:
 	rm -rf $(BIN)

@@ -1,6 +1,7 @@
 package statusapi
 
 import (
+	"bytes"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -285,9 +286,13 @@ func pageHandlers(mux *http.ServeMux, src Source, streams *stateStreams) error {
 	if err != nil {
 		return fmt.Errorf("status page assets: %w", err)
 	}
+	head, tail, ok := strings.Cut(string(index), initialStateMark)
+	if !ok {
+		return fmt.Errorf("status page assets: index.html lacks %s", initialStateMark)
+	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		pageHeaders(w, "text/html; charset=utf-8")
-		_, _ = w.Write(index)
+		_, _ = w.Write(withInitialState(head, tail, src.PageState()))
 	})
 	files := http.StripPrefix("/ui/", http.FileServerFS(assets))
 	mux.HandleFunc("GET /ui/", func(w http.ResponseWriter, r *http.Request) {
@@ -300,6 +305,26 @@ func pageHandlers(mux *http.ServeMux, src Source, streams *stateStreams) error {
 	})
 	mux.HandleFunc("GET /api/stream", streams.serve)
 	return nil
+}
+
+// initialStateMark is where the page's HTML takes the state it first shows.
+const initialStateMark = "<!--kdm:initial-state-->"
+
+// withInitialState is the page with st in it, as a JSON data block (<script
+// type="application/json" id="initial-state">) that app.js renders before the page is first
+// painted: the first paint shows the node, never a placeholder waiting for /api/stream. The
+// content security policy lets no inline script run; a data block is not run, only read.
+// json.Encoder escapes <, > and &, so no name in the state can end the block.
+func withInitialState(head, tail string, st PageState) []byte {
+	var b bytes.Buffer
+	b.WriteString(head)
+	b.WriteString(`<script type="application/json" id="initial-state">`)
+	if err := json.NewEncoder(&b).Encode(st); err != nil {
+		b.WriteString("null") // the page then waits for the stream
+	}
+	b.WriteString("</script>")
+	b.WriteString(tail)
+	return b.Bytes()
 }
 
 // pageHeaders keeps the page to its own assets and out of caches.

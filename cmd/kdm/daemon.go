@@ -89,6 +89,9 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdm run: refusing to start: %v\n", err)
 		return 1
 	}
+	// The first line kdm logs names the policy, before anything the agent says at start.
+	klog.Background().Info("Starting kdm", "policy", opts.policy, "policyIsDefault", !fs.Changed("policy"),
+		"defaultPolicy", devicemanager.DefaultPolicyName()+" (the newest supported kubelet)")
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Logger, cfg.Registry = klog.Background(), reg
@@ -105,8 +108,6 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdm run: %v\n", err)
 		return 1
 	}
-	klog.Background().Info("Starting kdm", "policy", opts.policy, "policyIsDefault", !fs.Changed("policy"),
-		"defaultPolicy", devicemanager.DefaultPolicyName()+" (the newest supported kubelet)")
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)

@@ -86,7 +86,8 @@ func (d *demo) run(ctx context.Context) error {
 	if err := os.MkdirAll(d.podsDir, 0o750); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "kdm demo: a device manager, eight mock A100 GPUs, sample pods, the checkpoint and a restart.\nWorking in %s\n\n", d.base)
+	fmt.Fprintf(d.out, "kdm demo: a device manager, eight mock A100 GPUs, sample pods, the checkpoint and a restart.\n"+
+		"Policy: %s (kdm run's default: %s; --policy sets it)\nWorking in %s\n\n", demoPolicy().Name(), devicemanager.DefaultPolicyName(), d.base)
 
 	plugin, err := nvml.New(nvml.Config{Mock: "dgxa100", PluginDir: d.pluginDr, Logger: quiet()})
 	if err != nil {
@@ -171,6 +172,9 @@ func (d *demo) run(ctx context.Context) error {
 	return nil
 }
 
+// demoPolicy is the policy the demo's manager runs, which its first lines name.
+func demoPolicy() devicemanager.Policy { return devicemanager.KDMPolicy() }
+
 // runningAgent is an agent and how to stop it.
 type runningAgent struct {
 	agent *agent.Agent
@@ -179,7 +183,7 @@ type runningAgent struct {
 
 func (d *demo) startAgent(ctx context.Context) (*runningAgent, error) {
 	a, err := agent.New(agent.Config{RootDir: d.rootDir, DevicePluginDir: d.pluginDr, PodManifestPath: d.podsDir,
-		Policy: devicemanager.KDMPolicy(), Logger: quiet()})
+		Policy: demoPolicy(), Logger: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +324,7 @@ func (d *demo) learnIDs(st statusapi.PageState) {
 	}
 	d.ids = newIDShortener(all)
 	if p := d.ids[gpuResource]; p != "" {
-		d.say("The GPUs' IDs all begin %s; below, %s stands for it: %s0 is %s0", p, ellipsis, ellipsis, p)
+		d.say("The GPUs' IDs all begin %s; below, %s stands for it: %s0 is %s0", p, idPrefixMark, idPrefixMark, p)
 	}
 }
 

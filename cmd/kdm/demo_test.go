@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // TestBuiltinSamplesMatchTestdata: the demo's embedded samples are exactly testdata/pods, the
@@ -60,21 +62,25 @@ func TestDemoFromAnyDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kdm demo from %s: %v\n%s", cmd.Dir, err, out)
 	}
+	// The policy is named in the first lines, before anything happens.
+	if head := strings.Join(strings.SplitN(string(out), "\n", 4)[:3], "\n"); !strings.Contains(head, "Policy: "+devicemanager.KDMPolicyName+" (") {
+		t.Errorf("the demo's first lines do not name its policy:\n%s", head)
+	}
 	for _, want := range []string{"Placed 2 pod manifests", "Added one more pod: training.yaml", "No GPU is held by two pods",
-		"The GPUs' IDs all begin GPU-a100a100-0000-4000-8000-00000000000; below, … stands for it"} {
+		"The GPUs' IDs all begin GPU-a100a100-0000-4000-8000-00000000000; below, ~ stands for it"} {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
 	// Each GPU a pod sees is told apart by what its ID does not share with the others (issue
-	// 33): "…3", never a cut such as "GPU-a100a100-0000-400…" or the last four digits "…0003".
+	// 33): "~3", never a cut such as "GPU-a100a100-0000-400…" or the last four digits "…0003".
 	visible := regexp.MustCompile(`NVIDIA_VISIBLE_DEVICES=(\S+)`).FindAllSubmatch(out, -1)
 	if len(visible) == 0 {
 		t.Fatalf("demo output shows no pod's GPUs:\n%s", out)
 	}
 	for _, m := range visible {
-		if !regexp.MustCompile(`^…[0-7](,…[0-7])*$`).Match(m[1]) {
-			t.Errorf("a pod's GPUs print as %s, want …N for each:\n%s", m[1], out)
+		if !regexp.MustCompile(`^~[0-7](,~[0-7])*$`).Match(m[1]) {
+			t.Errorf("a pod's GPUs print as %s, want ~N for each:\n%s", m[1], out)
 		}
 	}
 }

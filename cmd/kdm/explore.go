@@ -41,6 +41,16 @@ func runExplore(args []string, stdout, stderr io.Writer) int {
 	if *story != "" && !*exhaustive {
 		return c.misuse("--story without --exhaustive: random runs draw their own events; add --exhaustive")
 	}
+	// The flags are checked here, by their names; explore's own errors name its Config fields.
+	if _, err := devicemanager.ParsePolicy(*policy); err != nil {
+		return c.misuse("--policy: %v", err)
+	}
+	if *seeds < 0 {
+		return c.misuse("--seeds must not be negative, got %d", *seeds)
+	}
+	if *steps < 0 {
+		return c.misuse("--steps must not be negative, got %d", *steps)
+	}
 	cfg := explore.Config{Policy: *policy, Seeds: *seeds, FirstSeed: *seed, Steps: *steps, NoRecords: *noRecords, Progress: stderr}
 	var rep *explore.Report
 	var err error
@@ -51,7 +61,8 @@ func runExplore(args []string, stdout, stderr io.Writer) int {
 		rep, err = explore.Random(cfg)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kdm explore: %v\n", err)
+		// explore's errors start "explore: ", which the command's name already says.
+		fmt.Fprintf(stderr, "kdm explore: %s\n", strings.TrimPrefix(err.Error(), "explore: "))
 		return 2
 	}
 	// States are counted by an exhaustive walk only (the distinct states it reached); random

@@ -180,11 +180,12 @@ func (p getPod) status() string {
 		return "-"
 	case p.Terminating != nil:
 		return "Terminating" // as kubectl shows a pod being deleted, whatever its phase
-	case p.Reason != "":
-		return p.Phase + ": " + p.Reason
 	case p.Waiting != nil:
+		// Before the reason: a waiting pod's reason (WaitingForDevicePlugin) says less.
 		left := time.Duration(p.Waiting.RemainingSeconds * float64(time.Second)).Round(time.Second)
 		return fmt.Sprintf("%s: waiting %v for %s", p.Phase, left, p.Waiting.Resource)
+	case p.Reason != "":
+		return p.Phase + ": " + p.Reason
 	case p.RuntimePhase != "":
 		return p.Phase + ", " + p.RuntimePhase
 	}

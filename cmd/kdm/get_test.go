@@ -46,7 +46,8 @@ func getFixture() (*podresourcesv1.ListPodResourcesResponse, *statusapi.PageStat
 			{Namespace: "ml", Name: "big", UID: "uid-big", Phase: podresult.PhaseRejected, Reason: "UnexpectedAdmissionError",
 				Message:    "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 8, Available: 1, which is unexpected",
 				Containers: []statusapi.PageContainer{{Name: "main"}}},
-			{Namespace: "ml", Name: "later", UID: "uid-later", Phase: podresult.PhasePending,
+			// A waiting pod carries the agent's reason too; the table shows the wait instead.
+			{Namespace: "ml", Name: "later", UID: "uid-later", Phase: podresult.PhasePending, Reason: "WaitingForDevicePlugin",
 				Waiting:    &statusapi.PageWait{Container: "main", Resource: "example.com/fpga", Deadline: now.Add(100 * time.Second)},
 				Containers: []statusapi.PageContainer{{Name: "main"}}},
 		},

@@ -12,7 +12,12 @@ import (
 // 00000000000 followed by one digit, while a real node's GPU UUIDs differ early. Cutting such an ID to a column's width
 // keeps the part every ID shares and loses the part that tells them apart, so the tables that
 // must be narrow drop the prefix the IDs of one resource share instead, print it once, and
-// mark each shortened ID with a leading ellipsis. An ID is never cut anywhere else.
+// mark each shortened ID with a leading idPrefixMark. An ID is never cut anywhere else.
+
+// idPrefixMark stands for the dropped prefix: "~3" is the prefix followed by "3". It differs
+// from the ellipsis that marks a cell cut short to fit (inspect_table.go), so that a reader
+// tells a whole ID without its prefix from a cut one.
+const idPrefixMark = "~"
 
 // minIDPrefix is the shortest shared prefix worth dropping: "GPU-" alone is not.
 const minIDPrefix = 8
@@ -71,7 +76,7 @@ func newIDShortener(idsByResource map[string][]string) idShortener {
 // id returns id for display, without its resource's prefix.
 func (s idShortener) id(resource, id string) string {
 	if p := s[resource]; p != "" && strings.HasPrefix(id, p) {
-		return ellipsis + id[len(p):]
+		return idPrefixMark + id[len(p):]
 	}
 	return display(id)
 }
@@ -89,13 +94,13 @@ func (s idShortener) ids(resource string, ids []string) []string {
 // variable that lists the devices.
 func (s idShortener) text(resource, text string) string {
 	if p := s[resource]; p != "" {
-		return strings.ReplaceAll(text, p, ellipsis)
+		return strings.ReplaceAll(text, p, idPrefixMark)
 	}
 	return text
 }
 
 // legendTitle heads the list of dropped prefixes.
-const legendTitle = ellipsis + " in a device ID stands for its resource's shared prefix:"
+const legendTitle = idPrefixMark + " in a device ID stands for its resource's shared prefix:"
 
 // printLegend lists the dropped prefixes under legendTitle, a resource per line, sorted; a
 // line that would be wider than cols puts the prefix on a line of its own. Nothing is printed

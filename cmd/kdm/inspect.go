@@ -59,8 +59,9 @@ its entries and registered devices. FILE defaults to the checkpoint under --root
 The table groups entries by pod and names each pod namespace/name when kdm's pod results
 (<root-dir>/kdm/pods/*.json) name its UID; without them a pod is its UID. Device IDs that share
 a long common prefix within a resource (the mock GPUs' GPU-a100a100-0000-4000-8000-…) are shown
-without it, as …rest, and the prefix is printed above the table; --wide and --json print every
-ID in full. Exits 1 when the file cannot be read or does not verify.`
+without it, as ~rest, and the prefix is printed above the table; a cell ending in … is cut to
+fit the terminal; --wide and --json print every ID and cell in full. Exits 1 when the file
+cannot be read or does not verify.`
 
 func runInspect(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("kdm inspect", "kdm inspect [flags] [FILE]", inspectAbout, stdout, stderr)

@@ -331,7 +331,7 @@ func TestInspectTellsDevicesAndPodsApart(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	checkGolden(t, "inspect/mock-gpus", strings.ReplaceAll(out, root, "ROOT"))
-	for _, want := range []string{"pod ml/training (" + train + ")", "pod " + orphan + "\n", "numa 0: …2,…3; numa 1: …4,…5", "NVIDIA_VISIBLE_DEVICES=…0,…1"} {
+	for _, want := range []string{"pod ml/training (" + train + ")", "pod " + orphan + "\n", "numa 0: ~2,~3; numa 1: ~4,~5", "NVIDIA_VISIBLE_DEVICES=~0,~1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}

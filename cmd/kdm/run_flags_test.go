@@ -180,7 +180,8 @@ func TestRunVersion(t *testing.T) {
 	if code := run([]string{"run", "--version", "--root-dir", "/nonexistent/kdm"}, &out, &errOut); code != 0 {
 		t.Fatalf("kdm run --version: exit %d, stderr %q", code, errOut.String())
 	}
-	if got, want := out.String(), "kdm "+agent.Version+"\n"; got != want {
+	// A test binary is not stamped, and Go records no VCS revision in it.
+	if got, want := out.String(), "kdm unknown (commit unknown, kubelet "+agent.Version+")\n"; got != want {
 		t.Errorf("kdm run --version printed %q, want %q", got, want)
 	}
 	out.Reset()
@@ -190,6 +191,29 @@ func TestRunVersion(t *testing.T) {
 	var info versionInfo
 	if err := json.Unmarshal(out.Bytes(), &info); err != nil || info.Version != agent.Version || info.GoVersion == "" || info.Platform == "" {
 		t.Errorf("kdm run --version=raw printed %q (%v); want JSON with version %s, goVersion and platform", out.String(), err, agent.Version)
+	}
+}
+
+// TestVersionStamped: what the Makefile stamps with -ldflags -X main.version and main.commit is
+// what `kdm version` prints, in text and JSON.
+func TestVersionStamped(t *testing.T) {
+	oldV, oldC := version, commit
+	t.Cleanup(func() { version, commit = oldV, oldC })
+	version, commit = "0.1.0-3-gabcdef1", "abcdef123456"
+	var out, errOut bytes.Buffer
+	if code := run([]string{"version"}, &out, &errOut); code != 0 {
+		t.Fatalf("kdm version: exit %d, stderr %q", code, errOut.String())
+	}
+	if got, want := out.String(), "kdm 0.1.0-3-gabcdef1 (commit abcdef123456, kubelet "+agent.Version+")\n"; got != want {
+		t.Errorf("kdm version printed %q, want %q", got, want)
+	}
+	out.Reset()
+	if code := run([]string{"version", "-o", "json"}, &out, &errOut); code != 0 {
+		t.Fatalf("kdm version -o json: exit %d, stderr %q", code, errOut.String())
+	}
+	var info versionInfo
+	if err := json.Unmarshal(out.Bytes(), &info); err != nil || info.BuildVersion != version || info.Commit != commit {
+		t.Errorf("kdm version -o json printed %q (%v); want buildVersion %s and commit %s", out.String(), err, version, commit)
 	}
 }
 

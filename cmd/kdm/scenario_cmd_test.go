@@ -139,3 +139,22 @@ func TestExploreCommand(t *testing.T) {
 		t.Errorf("exhaustive walk's summary: %q, want its distinct states and 0 violations", got)
 	}
 }
+
+// TestExploreBadFlagsNamed: a bad --policy, --seeds or --steps exits 2 naming the flag, once
+// prefixed by the command ("kdm explore: --policy: ...", not "kdm explore: explore: Policy: ...").
+func TestExploreBadFlagsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"explore", "--policy", "kubelet-9.99"}, "kdm explore: --policy: "},
+		{[]string{"explore", "--seeds", "-1"}, "kdm explore: --seeds must not be negative, got -1"},
+		{[]string{"explore", "--steps", "-5"}, "kdm explore: --steps must not be negative, got -5"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(tc.args, &out, &errOut)
+		if got := errOut.String(); code != 2 || !strings.HasPrefix(got, tc.want) || strings.Contains(got, "explore: explore") {
+			t.Errorf("kdm %s: exit %d, stderr %q; want exit 2 and stderr starting %q", strings.Join(tc.args[1:], " "), code, got, tc.want)
+		}
+	}
+}

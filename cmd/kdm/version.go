@@ -11,8 +11,23 @@ import (
 	"github.com/kdm-project/kdm/agent"
 )
 
-// versionInfo is what `kdm run --version=raw` prints, as JSON.
+// The build's version and commit, stamped at link time by `make build`, `make release` and
+// `make install`: -ldflags "-X main.version=0.1.0 -X main.commit=0123abcd4567". The Makefile
+// takes the version from `git describe --tags` or else the VERSION file, and the commit from
+// git or else "unknown", so a build from a tarball is stamped too. A plain `go build` leaves
+// them empty; currentVersion then falls back to what Go recorded.
+var (
+	version string
+	commit  string
+)
+
+// versionInfo is what `kdm version -o json` and `kdm run --version=raw` print.
 type versionInfo struct {
+	// BuildVersion is kdm's own version (main.version), "unknown" when not stamped.
+	BuildVersion string `json:"buildVersion"`
+	// Commit is the commit it was built from (main.commit, else the VCS revision Go
+	// recorded), "unknown" when neither says.
+	Commit string `json:"commit"`
 	// Version is agent.Version, the version the Node reports as its kubelet version; set it
 	// at link time with -ldflags "-X github.com/kdm-project/kdm/agent.Version=...".
 	Version string `json:"version"`
@@ -25,7 +40,8 @@ type versionInfo struct {
 
 // currentVersion describes the running binary.
 func currentVersion() versionInfo {
-	v := versionInfo{Version: agent.Version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	v := versionInfo{BuildVersion: version, Commit: commit, Version: agent.Version,
+		GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v.Module = bi.Main.Version
 		for _, s := range bi.Settings {
@@ -34,13 +50,25 @@ func currentVersion() versionInfo {
 			}
 		}
 	}
+	if v.BuildVersion == "" {
+		v.BuildVersion = "unknown"
+		if v.Module != "" && v.Module != "(devel)" {
+			v.BuildVersion = v.Module
+		}
+	}
+	if v.Commit == "" {
+		v.Commit = "unknown"
+		if v.Revision != "" {
+			v.Commit = v.Revision
+		}
+	}
 	return v
 }
 
 // runVersion is `kdm version`: the version on one line, or with -o json the whole record.
 func runVersion(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("kdm version", "kdm version [-o text|json]",
-		"Prints the version of this kdm binary (the kubelet version its Node reports); -o json adds the\nmodule version, VCS revision, Go version and platform.", stdout, stderr)
+		"Prints this kdm binary's version and commit, and the kubelet version its Node reports; -o json\nadds the module version, VCS revision, Go version and platform.", stdout, stderr)
 	output := c.flags.StringP("output", "o", "text", "output format: text or json")
 	if code, ok := c.parse(args); !ok {
 		return code
@@ -63,7 +91,7 @@ func runVersion(args []string, stdout, stderr io.Writer) int {
 }
 
 // versionValue is the --version flag, as the kubelet has it: --version (or --version=true)
-// prints "kdm <version>", --version=raw the whole record as JSON, --version=false nothing.
+// prints "kdm <version> (commit <commit>, kubelet <agent.Version>)", --version=raw the whole record as JSON, --version=false nothing.
 type versionValue string
 
 func (v *versionValue) String() string { return string(*v) }
@@ -98,7 +126,7 @@ func (v versionValue) print(w io.Writer) (bool, error) {
 		enc.SetIndent("", "  ")
 		return true, enc.Encode(info)
 	default:
-		_, err := fmt.Fprintf(w, "kdm %s\n", info.Version)
+		_, err := fmt.Fprintf(w, "kdm %s (commit %s, kubelet %s)\n", info.BuildVersion, info.Commit, info.Version)
 		return true, err
 	}
 }

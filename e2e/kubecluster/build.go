@@ -111,9 +111,11 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 	cmd.Dir = moduleDir
 	fmt.Fprintf(log, "kubecluster: building kube-apiserver, kube-scheduler and kube-controller-manager %s (k8s.io/kubernetes/cmd/...) and etcd (%s) with %s %s/%s into %s\n",
 		KubernetesVersion, filepath.Join(moduleDir, "etcd"), runtime.Version(), runtime.GOOS, runtime.GOARCH, dir)
-	fmt.Fprintf(log, "kubecluster: a cold build downloads the modules and compiles thousands of packages: minutes on an idle machine, "+
-		"much longer on a busy one; a progress line follows every %s\n", HeartbeatEvery)
+	total := countDeps(ctx, moduleDir, mainPackages)
+	fmt.Fprintf(log, "kubecluster: a cold build downloads the modules and compiles up to %d packages: minutes on an idle machine, "+
+		"much longer on a busy one; a progress line follows every %s\n", total, HeartbeatEvery)
 	progress := startProgress(log, HeartbeatEvery)
+	progress.setTotal(total)
 	cmd.Stdout, cmd.Stderr = progress, progress
 	err = cmd.Run()
 	packages := progress.stop()
@@ -131,6 +133,18 @@ func Build(ctx context.Context, moduleDir string, log io.Writer) (Binaries, erro
 		return Binaries{}, errors.New("kubecluster: build produced no binaries")
 	}
 	return bins, nil
+}
+
+// countDeps is how many packages the main packages depend on, themselves included: what a
+// cold build compiles at most. 0 when go list fails (the build then says why).
+func countDeps(ctx context.Context, moduleDir string, mainPackages []string) int {
+	cmd := exec.CommandContext(ctx, "go", append([]string{"list", "-deps"}, mainPackages...)...)
+	cmd.Dir = moduleDir
+	out, err := cmd.Output()
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(out), "\n")
 }
 
 func (b Binaries) present() bool {

@@ -25,6 +25,7 @@ type buildProgress struct {
 	partial  []byte // an incomplete last line
 	packages int
 	last     string
+	total    int // packages the build depends on (an upper bound), 0 when unknown
 
 	stopOnce sync.Once
 	stopc    chan struct{}
@@ -48,15 +49,27 @@ func (p *buildProgress) beat(interval time.Duration) {
 			return
 		case <-t.C:
 			p.mu.Lock()
-			n, last := p.packages, p.last
+			n, last, total := p.packages, p.last, p.total
 			p.mu.Unlock()
-			msg := fmt.Sprintf("kubecluster: still building, %s elapsed, %d packages compiled", time.Since(p.start).Round(time.Second), n)
+			of := ""
+			if total > 0 {
+				of = fmt.Sprintf(" of at most %d", total)
+			}
+			msg := fmt.Sprintf("kubecluster: still building, %s elapsed, %d%s packages compiled", time.Since(p.start).Round(time.Second), n, of)
 			if last != "" {
 				msg += ", last " + last
 			}
 			p.println(msg)
 		}
 	}
+}
+
+// setTotal sets the number of packages the build depends on, which the heartbeat names as
+// the most it can compile (a warm cache compiles fewer).
+func (p *buildProgress) setTotal(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.total = n
 }
 
 // stop ends the heartbeat, waits for it, and writes out any incomplete last line. It returns

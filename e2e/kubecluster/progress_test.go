@@ -64,3 +64,20 @@ func TestBuildProgress(t *testing.T) {
 		t.Errorf("heartbeat after stop:\n%s", strings.TrimPrefix(after, got))
 	}
 }
+
+// TestBuildProgressNamesTotal: with the number of packages the build depends on, the
+// heartbeat says how many of at most how many are compiled.
+func TestBuildProgressNamesTotal(t *testing.T) {
+	var out syncBuffer
+	p := startProgress(&out, 20*time.Millisecond)
+	p.setTotal(2000)
+	_, _ = p.Write([]byte("k8s.io/a\nk8s.io/b\n"))
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "2 of at most 2000 packages compiled, last k8s.io/b") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no heartbeat naming the total in 10s:\n%s", out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.stop()
+}

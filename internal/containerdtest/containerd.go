@@ -1,7 +1,7 @@
 // Package containerdtest starts a private containerd for tests and builds registry-free images
 // for it.
 //
-// Start runs containerd (Debian's 1.6 works) with its root, state, socket and runc root in a
+// Start (Launch outside tests) runs containerd (Debian's 1.6 works) with its root, state, socket and runc root in a
 // fresh temporary directory, the CRI plugin configured for the host network (no CNI) and
 // restrict_oom_score_adj (without it runc cannot start a container in an unprivileged
 // sandbox). The test fails, never skips, when containerd, runc or ctr is missing. Cleanup removes
@@ -73,35 +73,43 @@ func lookPath(name string) (string, error) {
 // test when containerd cannot run here.
 func Start(t testing.TB) *Containerd {
 	t.Helper()
-	paths := map[string]string{}
-	for name := range binaries {
-		p, err := lookPath(name)
-		if err != nil {
-			t.Fatalf("containerdtest: %v", err)
-		}
-		paths[name] = p
-	}
-	if os.Geteuid() != 0 {
-		t.Fatalf("containerdtest: containerd needs root (euid %d)", os.Geteuid())
-	}
 	// A short directory: the socket path must fit in a sockaddr_un (108 bytes), which
 	// t.TempDir() with a long test name does not promise.
 	dir, err := os.MkdirTemp("", "ctd")
 	if err != nil {
 		t.Fatalf("containerdtest: %v", err)
 	}
-	c := &Containerd{
-		dir:     dir,
-		sock:    filepath.Join(dir, "containerd.sock"),
-		exited:  make(chan struct{}),
-		logPath: filepath.Join(dir, "containerd.log"),
+	c, err := Launch(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("containerdtest: %v", err)
 	}
-	for _, d := range []string{"root", "state", "runc", "cni/bin", "cni/conf"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
-			t.Fatalf("containerdtest: %v", err)
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("containerdtest: %v", err)
+		}
+	})
+	return c
+}
+
+// Missing names the programs a private containerd needs that are neither in PATH nor where
+// Debian installs them: containerd, containerd-shim-runc-v2, runc and ctr.
+func Missing() []string {
+	var missing []string
+	for name := range binaries {
+		if _, err := lookPath(name); err != nil {
+			missing = append(missing, name)
 		}
 	}
-	cfg := fmt.Sprintf(`version = 2
+	sort.Strings(missing)
+	return missing
+}
+
+// Config is the containerd configuration Launch writes for a containerd whose root, state,
+// socket, runc root and (empty) CNI directories are under dir, running containers with the
+// runc at runcPath and SandboxImage as the pod sandbox image.
+func Config(dir, runcPath string) string {
+	return fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
 [grpc]
@@ -119,15 +127,44 @@ state = %[2]q
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       BinaryName = %[7]q
       Root = %[8]q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, SandboxImage,
-		filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/conf"), paths["runc"], filepath.Join(dir, "runc"))
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "containerd.sock"), SandboxImage,
+		filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/conf"), runcPath, filepath.Join(dir, "runc"))
+}
+
+// Launch starts a private containerd in dir (an existing directory with a short path: the
+// socket's must fit in 108 bytes), writing its configuration (Config) to dir/config.toml and its
+// log to dir/containerd.log, and waits up to 30 s for it to answer CRI. The caller must Close
+// it; on an error nothing is left running.
+func Launch(dir string) (*Containerd, error) {
+	paths := map[string]string{}
+	for name := range binaries {
+		p, err := lookPath(name)
+		if err != nil {
+			return nil, err
+		}
+		paths[name] = p
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("containerd needs root (euid %d)", os.Geteuid())
+	}
+	c := &Containerd{
+		dir:     dir,
+		sock:    filepath.Join(dir, "containerd.sock"),
+		exited:  make(chan struct{}),
+		logPath: filepath.Join(dir, "containerd.log"),
+	}
+	for _, d := range []string{"root", "state", "runc", "cni/bin", "cni/conf"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
 	cfgPath := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatalf("containerdtest: %v", err)
+	if err := os.WriteFile(cfgPath, []byte(Config(dir, paths["runc"])), 0o600); err != nil {
+		return nil, err
 	}
 	logf, err := os.Create(c.logPath)
 	if err != nil {
-		t.Fatalf("containerdtest: %v", err)
+		return nil, err
 	}
 	c.cmd = exec.Command(paths["containerd"], "--config", cfgPath)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
@@ -136,32 +173,30 @@ state = %[2]q
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.cmd.Start(); err != nil {
 		logf.Close()
-		os.RemoveAll(dir)
-		t.Fatalf("containerdtest: start containerd: %v", err)
+		return nil, fmt.Errorf("start containerd: %w", err)
 	}
 	go func() {
 		_ = c.cmd.Wait()
 		logf.Close()
 		close(c.exited)
 	}()
-	t.Cleanup(func() { c.stop(t) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		err := c.ping(ctx)
 		if err == nil {
-			break
+			return c, nil
 		}
 		select {
 		case <-c.exited:
-			t.Fatalf("containerdtest: containerd exited: %v\n%s", c.cmd.ProcessState, c.log())
+			return nil, errors.Join(fmt.Errorf("containerd exited: %v\n%s", c.cmd.ProcessState, c.log()), c.Close())
 		case <-ctx.Done():
-			t.Fatalf("containerdtest: containerd did not answer on %s: %v\n%s", c.sock, err, c.log())
+			err = fmt.Errorf("containerd did not answer on %s: %v\n%s", c.sock, err, c.log())
+			return nil, errors.Join(err, c.Close())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return c
 }
 
 // Endpoint is the CRI endpoint, "unix:///.../containerd.sock".
@@ -187,14 +222,22 @@ func (c *Containerd) Dial(t testing.TB) cri.RuntimeServiceClient {
 // Import imports an OCI image-layout tar into the k8s.io namespace, where CRI finds it.
 func (c *Containerd) Import(t testing.TB, tarPath string) {
 	t.Helper()
+	if err := c.ImportTar(tarPath); err != nil {
+		t.Fatalf("containerdtest: %v", err)
+	}
+}
+
+// ImportTar is Import returning its error: `ctr -a <socket> -n k8s.io images import <tarPath>`.
+func (c *Containerd) ImportTar(tarPath string) error {
 	ctr, err := lookPath("ctr")
 	if err != nil {
-		t.Fatalf("containerdtest: %v", err)
+		return err
 	}
 	out, err := exec.Command(ctr, "-a", c.sock, "-n", "k8s.io", "images", "import", tarPath).CombinedOutput()
 	if err != nil {
-		t.Fatalf("containerdtest: ctr images import %s: %v\n%s", tarPath, err, out)
+		return fmt.Errorf("ctr images import %s: %w\n%s", tarPath, err, out)
 	}
+	return nil
 }
 
 func (c *Containerd) log() string {
@@ -217,15 +260,16 @@ func (c *Containerd) ping(ctx context.Context) error {
 	return err
 }
 
-// stop removes every sandbox and container, stops containerd, kills the shims it left and
-// unmounts and removes its directory. Failures are reported with t.Errorf, and the next steps
-// still run.
-func (c *Containerd) stop(t testing.TB) {
+// Close removes every sandbox and container, stops containerd, kills the shims it left and
+// unmounts and removes its directory. Every step runs even when an earlier one failed; the
+// errors are joined.
+func (c *Containerd) Close() error {
+	var errs []error
 	select {
 	case <-c.exited:
 	default:
 		if err := c.removeAll(); err != nil {
-			t.Errorf("containerdtest: removing sandboxes and containers: %v", err)
+			errs = append(errs, fmt.Errorf("removing sandboxes and containers: %w", err))
 		}
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -235,11 +279,8 @@ func (c *Containerd) stop(t testing.TB) {
 			<-c.exited
 		}
 	}
-	killShims(t, c.sock)
-	unmountUnder(t, c.dir)
-	if err := os.RemoveAll(c.dir); err != nil {
-		t.Errorf("containerdtest: %v", err)
-	}
+	errs = append(errs, killShims(c.sock), unmountUnder(c.dir), os.RemoveAll(c.dir))
+	return errors.Join(errs...)
 }
 
 func (c *Containerd) removeAll() error {
@@ -280,11 +321,10 @@ func (c *Containerd) removeAll() error {
 }
 
 // killShims kills the containerd-shim-runc-v2 processes serving sock: they outlive containerd.
-func killShims(t testing.TB, sock string) {
+func killShims(sock string) error {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		t.Errorf("containerdtest: %v", err)
-		return
+		return err
 	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -306,14 +346,14 @@ func killShims(t testing.TB, sock string) {
 			}
 		}
 	}
+	return nil
 }
 
 // unmountUnder lazily unmounts every mount point under dir, deepest first.
-func unmountUnder(t testing.TB, dir string) {
+func unmountUnder(dir string) error {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		t.Errorf("containerdtest: %v", err)
-		return
+		return err
 	}
 	var points []string
 	for _, l := range strings.Split(string(b), "\n") {
@@ -326,11 +366,13 @@ func unmountUnder(t testing.TB, dir string) {
 		}
 	}
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	var errs []error
 	for _, p := range points {
 		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			t.Errorf("containerdtest: unmount %s: %v", p, err)
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // unescapeMountPath undoes mountinfo's octal escapes (\040 for a space, ...).

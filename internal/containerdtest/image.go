@@ -38,17 +38,29 @@ type build struct {
 // directory of t's.
 func BuildImage(t testing.TB, name, goPackage string) string {
 	t.Helper()
+	tarBytes, err := BuildImageTar(name, goPackage)
+	if err != nil {
+		t.Fatalf("containerdtest: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "image.tar")
+	if err := os.WriteFile(p, tarBytes, 0o600); err != nil {
+		t.Fatalf("containerdtest: %v", err)
+	}
+	return p
+}
+
+// BuildImageTar is BuildImage returning the tar's bytes and its error: goPackage built as a
+// static binary (CGO_ENABLED=0, -trimpath, -s -w), as /app and the entrypoint of a one-layer
+// OCI image-layout tar naming the image name. Each (name, goPackage) is built once per
+// process; the result is shared and must not be changed.
+func BuildImageTar(name, goPackage string) ([]byte, error) {
 	v, _ := builds.LoadOrStore(buildKey{name, goPackage}, &build{})
 	b := v.(*build)
 	b.once.Do(func() { b.tar, b.err = buildImage(name, goPackage) })
 	if b.err != nil {
-		t.Fatalf("containerdtest: build image %s from %s: %v", name, goPackage, b.err)
+		return nil, fmt.Errorf("build image %s from %s: %w", name, goPackage, b.err)
 	}
-	p := filepath.Join(t.TempDir(), "image.tar")
-	if err := os.WriteFile(p, b.tar, 0o600); err != nil {
-		t.Fatalf("containerdtest: %v", err)
-	}
-	return p
+	return b.tar, nil
 }
 
 // ImportProbe builds the probe image and imports it as ProbeImage and as SandboxImage (the probe

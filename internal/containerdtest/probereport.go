@@ -119,3 +119,19 @@ func (r ProbeReport) find(kind, path string) (ProbeLine, bool) {
 	}
 	return ProbeLine{}, false
 }
+
+// CRILogPayload strips the CRI log prefix ("<time> <stream> <tag> ") from each line of a
+// container log as the runtime writes it, leaving what the container printed.
+func CRILogPayload(b []byte) []byte {
+	var out bytes.Buffer
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), " ", 4)
+		if len(parts) == 4 {
+			out.WriteString(parts[3])
+			out.WriteByte('\n')
+		}
+	}
+	return out.Bytes()
+}

@@ -210,19 +210,37 @@
     runtime.dataset.containersRun = rt.containersRun ? "true" : "false";
     $("pods-count").textContent = st.pods.length ? `(${st.pods.length})` : "";
     if (st.pods.length === 0) return setHTML("pods", `<p class="empty">No pods.</p>`);
-    return setHTML("pods", st.pods.map(renderPod).join(""));
+    const held = heldIndex(st);
+    return setHTML("pods", st.pods.map((p) => renderPod(p, held)).join(""));
   }
 
-  function renderPod(p) {
+  // heldIndex maps resource and device ID to the pods that hold the device now, from the
+  // resources' devices: the truth about who holds what, which a pod's record of what it was
+  // given may no longer be (a finished pod's devices are released and may be another's).
+  function heldIndex(st) {
+    const held = new Map();
+    for (const r of st.resources || []) {
+      for (const d of r.devices || []) held.set(r.name + "\u0000" + d.id, new Set((d.holders || []).map((h) => h.pod)));
+    }
+    return held;
+  }
+
+  function renderPod(p, held) {
     const name = `${p.namespace}/${p.name}`;
     let body = "";
     if (p.phase === "Admitted") {
       for (const c of p.containers || []) {
         const kind = c.sidecar ? " (sidecar)" : c.init ? " (init)" : "";
         const devs = Object.keys(c.devices || {}).sort().map((res) => {
-          const ids = c.devices[res];
+          // A device the node knows and this pod no longer holds was released: it is not
+          // listed as the pod's (another pod may hold it now), only counted.
+          const all = c.devices[res];
+          const ids = all.filter((id) => { const h = held.get(res + "\u0000" + id); return !h || h.has(name); });
+          const released = all.length - ids.length;
+          const gone = released ? ` <span class="released" title="${esc(`given back to the node; the ${visible(res)} card shows who holds them now`)}">${released} released</span>` : "";
+          if (ids.length === 0) return `<span>${txt(res)}:</span>${gone}`;
           const more = ids.length > IDS_SHOWN ? ` … (${ids.length} in all)` : "";
-          return `<span title="${esc(ids.map(visible).join(", "))}">${txt(res)}: ${ids.slice(0, IDS_SHOWN).map(idHTML).join(", ")}${more}</span>`;
+          return `<span title="${esc(ids.map(visible).join(", "))}">${txt(res)}: ${ids.slice(0, IDS_SHOWN).map(idHTML).join(", ")}${more}</span>${gone}`;
         }).join("; ");
         const sick = (c.unhealthy || []).map(visible);
         const health = sick.length ? ` <span class="sick" title="${esc(sick.join(", "))}">${sick.length} unhealthy</span>` : "";
@@ -360,5 +378,15 @@
     relayout = requestAnimationFrame(layoutDevices);
   });
   setInterval(tick, 250);
+  // The state the page was served with (page.go): rendered before the first paint, so the
+  // page never shows a placeholder while /api/stream connects. The liveness line still waits
+  // for the stream.
+  const initial = $("initial-state");
+  if (initial) {
+    try {
+      const st = JSON.parse(initial.textContent);
+      if (st) render(st);
+    } catch (e) { /* the stream renders the state */ }
+  }
   connect();
 })();
