@@ -33,7 +33,7 @@ func TestRejectedPodStaysRejectedAcrossRestarts(t *testing.T) {
 
 	for round, marker := range []string{"after-one", "after-two"} {
 		a, stop := f.run()
-		f.plugin("g0", "g1", "g2", "g3")
+		p := f.plugin("g0", "g1", "g2", "g3")
 		f.waitFor(a, "4 devices", func(st statusapi.NodeStatus) bool { return st.Allocatable["example.com/gpu"] == 4 })
 		f.manifest(marker, 1)
 		st := f.waitFor(a, marker+" admitted", admitted(marker))
@@ -45,5 +45,8 @@ func TestRejectedPodStaysRejectedAcrossRestarts(t *testing.T) {
 			t.Fatalf("restart %d: the rejected pod holds %v", round+1, got)
 		}
 		stop()
+		// The next round starts its own plugin on the same socket: this one, which serves its
+		// socket again whenever a restart's clean-up removes it, must be gone first.
+		p.Stop()
 	}
 }
