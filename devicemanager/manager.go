@@ -84,6 +84,7 @@ type Manager struct {
 	// pools, running containers, plugin presence. The manager feeds it and acts on its
 	// decisions; it is guarded by mu.
 	st           *state.State
+	rules        state.Rules // the policy's switches the core's decisions read; set by New
 	endpoints    map[string]endpointInfo
 	recovered    map[string]sets.Set[string] // devices restored from RecoveredAllocations, until the plugin's first list
 	startedAt    time.Time                   // when Start ran: opens the unknown-resource window of DeferAdmission
@@ -158,6 +159,7 @@ func New(cfg Config) (*Manager, error) {
 		updates:    make(chan Update, updateChannelSize),
 		st: state.New(state.Options{KeepCompletedInitDevices: cfg.Policy.KeepCompletedInitDevices,
 			KnowAssignedResources: cfg.Policy.DeferAdmission}),
+		rules:         cfg.Policy.Rules(cfg.GracePeriod),
 		endpoints:     map[string]endpointInfo{},
 		deviceChange:  make(chan struct{}),
 		writeRequests: make(chan struct{}, 1),

@@ -31,10 +31,10 @@ type admission struct {
 	ci      int                   // the container to do next
 	steps   *state.ContainerSteps // the container's allocation; nil until its first step
 
-	wait       waitKind
-	waitRes    string
-	waitUntil  time.Time
-	wasStopped bool
+	wait      waitKind
+	waitRes   string
+	waitUntil time.Time       // waitUnknown: the end of the window
+	deferral  *state.Deferral // waitNoHealthy: the core's wait
 }
 
 func (a *admission) container() *simContainer { return &a.pod.containers[a.ci] }
@@ -63,16 +63,31 @@ func (a *admission) picks() []*state.Pick {
 	return a.steps.Picks()
 }
 
-// runnable reports whether the admission can take a step now: it is not waiting, or what it
-// waits for has happened (a device change, its deadline).
+// runnable reports whether the admission can take a step now: it is not waiting, or the
+// core's decision for its wait is no longer to sleep (a device change, its deadline).
 func (w *world) runnable(a *admission) bool {
 	switch a.wait {
 	case waitNoHealthy:
-		return !w.now.Before(a.waitUntil) || !w.st.AwaitingPlugin(a.waitRes, w.now, w.grace())
+		return a.deferral.Next(w.st, w.now).Kind != state.WaitSleep
 	case waitUnknown:
-		return !w.now.Before(a.waitUntil) || w.served(a.waitRes)
+		return !w.awaitUnknown(a, a.waitRes).Wait
 	}
 	return true
+}
+
+// wakeAt returns when a waiting admission must look again without a device change.
+func (w *world) wakeAt(a *admission) (time.Time, bool) {
+	switch a.wait {
+	case waitNoHealthy:
+		if d := a.deferral.Next(w.st, w.now); d.Kind == state.WaitSleep {
+			return d.Until, true
+		}
+	case waitUnknown:
+		if u := w.awaitUnknown(a, a.waitRes); u.Wait {
+			return u.Until, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func (w *world) grace() time.Duration { return gracePeriod }
@@ -109,19 +124,20 @@ func (w *world) step(a *admission) {
 		case state.StepPassOver:
 			return
 		case state.StepAwaitUnknown:
-			if a.wait == waitUnknown {
-				a.wait = notWaiting
-				served := w.served(s.Resource)
-				if !served {
-					w.note("%s: no plugin registered %s within the window; admitted without its devices", p.name, s.Resource)
+			u := w.awaitUnknown(a, s.Resource)
+			if u.Wait {
+				if a.wait != waitUnknown {
+					a.wait, a.waitRes, a.waitUntil = waitUnknown, s.Resource, u.Until
+					p.phase = podWaiting
+					w.note("%s waiting for a device plugin to register %s", p.name, s.Resource)
 				}
-				a.steps.Served(served, nil)
-				continue
-			}
-			if w.waitForUnknown(a, s.Resource) {
 				return
 			}
-			a.steps.Served(false, nil)
+			if a.wait == waitUnknown && !u.Served {
+				w.note("%s: no plugin registered %s within the window; admitted without its devices", p.name, s.Resource)
+			}
+			a.wait = notWaiting
+			a.steps.Served(u.Served, nil)
 		case state.StepCollect:
 			w.gc()
 		case state.StepSelect:
@@ -146,59 +162,45 @@ func (w *world) step(a *admission) {
 	}
 }
 
-// selectDevices is devicesToAllocateWithDeferral: Select, and with Policy.DeferAdmission a
-// wait for a plugin that is not back yet, up to the deferral timeout. It reports waiting when
-// the admission waits now.
+// selectDevices is devicesToAllocateWithDeferral: Select, and a wait for a plugin that is not
+// back yet, each of its steps as the core decides (state.Rules.Defer, state.Deferral). It
+// reports waiting when the admission waits now.
 func (w *world) selectDevices(a *admission, s state.Step) (ids sets.Set[string], err error, waiting bool) {
 	p, c, res := a.pod, a.container(), s.Resource
-	if a.wait == waitNoHealthy {
-		if w.st.AwaitingPlugin(res, w.now, w.grace()) {
-			if !w.now.Before(a.waitUntil) {
-				return nil, fmt.Errorf("%w; cannot allocate unhealthy devices %s (waited %v for the device plugin to register)",
-					state.ErrNoHealthyDevices, res, w.policy.DeferAdmissionTimeout), false
-			}
-			return nil, nil, true
-		}
-		a.wait = notWaiting
-	}
 	req := state.Request{PodUID: p.uid, Container: c.name, Resource: res, Required: s.Required,
 		Reusable: s.Reusable, SourcesReady: w.sourcesReady}
-	ids, _, err = w.st.Select(req, w.preferred(res))
-	if err != nil {
-		if w.policy.DeferAdmission && errors.Is(err, state.ErrNoHealthyDevices) && w.st.AwaitingPlugin(res, w.now, w.grace()) {
-			a.wait, a.waitRes, a.waitUntil = waitNoHealthy, res, w.now.Add(w.policy.DeferAdmissionTimeout)
-			_, stopped := w.st.GraceLeft(res, w.now, w.grace())
-			a.wasStopped = a.wasStopped || stopped
-			p.phase = podWaiting
-			w.note("%s waiting for its device plugin (deferred admission)", p.name)
+	if d := a.deferral; d != nil {
+		switch wt := d.Next(w.st, w.now); wt.Kind {
+		case state.WaitSleep:
 			return nil, nil, true
+		case state.WaitFail:
+			a.wait, a.deferral = notWaiting, nil
+			return nil, wt.Err, false
 		}
-		if a.wasStopped && w.st.GraceOver(res, w.now, w.grace()) {
-			err = fmt.Errorf("%w (the device plugin did not register again within the %v grace period; the resource is removed)", err, w.grace())
-		}
+		a.wait, a.deferral = notWaiting, nil
+		ids, _, err = w.st.Select(req, w.preferred(res))
+		return ids, d.Retried(w.st, err, w.now), false
+	}
+	ids, _, err = w.st.Select(req, w.preferred(res))
+	if err == nil {
+		return ids, nil, false
+	}
+	d := w.rules.Defer(w.st, res, err, w.now)
+	if d == nil {
 		return nil, err, false
 	}
-	return ids, nil, false
+	d.Next(w.st, w.now) // as the manager asks before its first sleep
+	a.wait, a.waitRes, a.deferral = waitNoHealthy, res, d
+	p.phase = podWaiting
+	w.note("%s waiting for its device plugin (deferred admission)", p.name)
+	return nil, nil, true
 }
 
-// waitForUnknown is awaitUnknownResource: with DeferAdmission, a container asking for a
-// resource nobody registered waits while the manager is young. It reports whether the
-// admission now waits.
-func (w *world) waitForUnknown(a *admission, res string) bool {
-	if !w.policy.DeferAdmission {
-		return false
-	}
-	if !w.sourcesReady && w.st.IsContainerAlreadyRunning(a.pod.uid, a.container().name) {
-		return false
-	}
-	deadline := w.startedAt.Add(w.policy.DeferAdmissionTimeout)
-	if !w.now.Before(deadline) || w.served(res) {
-		return false
-	}
-	a.wait, a.waitRes, a.waitUntil = waitUnknown, res, deadline
-	a.pod.phase = podWaiting
-	w.note("%s waiting for a device plugin to register %s", a.pod.name, res)
-	return true
+// awaitUnknown is the core's decision for a container asking for a resource no plugin has
+// registered (awaitUnknownResource).
+func (w *world) awaitUnknown(a *admission, res string) state.UnknownWait {
+	bypass := !w.sourcesReady && w.st.IsContainerAlreadyRunning(a.pod.uid, a.container().name)
+	return w.rules.AwaitUnknown(w.st, res, w.startedAt, w.now, bypass)
 }
 
 // preferred is the plugin's GetPreferredAllocation as the manager calls it: only when the
@@ -262,7 +264,7 @@ func (w *world) admitted(a *admission) {
 	p := a.pod
 	before := p.given
 	wasRunning := p.running
-	p.phase, p.running, p.admittedGen, p.reason = podAdmitted, true, w.gen, ""
+	p.phase, p.running, p.admittedGen, p.reason = podAdmitted, !p.completed, w.gen, ""
 	p.given = map[string]map[string]grant{}
 	p.records = nil
 	for _, c := range p.containers {
@@ -306,7 +308,7 @@ func (w *world) reject(a *admission, res, reason string) {
 	}
 	if p.admittedGen != 0 && p.admittedGen < w.gen && heldBefore && !back {
 		w.rejections = append(w.rejections, rejection{pod: p.name, container: a.container().name, regularInit: a.container().regularInit,
-			resource: res, reason: msg, restart: w.restarts[w.gen], reboot: w.rebooted})
+			resource: res, reason: msg, restart: w.restarts[w.gen], reboot: w.rebooted, completed: p.completed})
 	}
 	p.phase, p.running, p.reason = podRejected, false, msg
 	w.note("%s rejected: %s", p.name, msg)

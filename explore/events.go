@@ -174,7 +174,7 @@ func (w *world) apply(e *Event) {
 		}
 	case "plugin-register-again":
 		if p := w.plugins[e.Name]; p != nil && p.alive && len(p.open) > 0 {
-			if w.policy.RejectSameSocketRegistration {
+			if w.rules.Register(true) == state.RegisterRefuseSameSocket {
 				w.note("%s: the second Register on one socket is refused", p.resource())
 				return
 			}
@@ -228,25 +228,23 @@ func (w *world) apply(e *Event) {
 		w.pods[e.Name] = p
 		w.order = append(w.order, e.Name)
 		w.admissions = append(w.admissions, &admission{pod: p})
-	case "pod-delete", "pod-complete":
+	case "pod-delete":
 		p := w.pods[e.Name]
-		if p == nil || !p.live() {
+		if p == nil || !p.active() {
 			return
 		}
-		for _, a := range w.admissions {
-			if a.pod == p {
-				if a.steps != nil {
-					a.steps.Abandon(w.st)
-				}
-				w.removeAdmission(a)
-				break
-			}
+		w.abandonAdmission(p)
+		p.running, p.phase = false, podDeleted
+		w.gc()
+	case "pod-complete":
+		// Only a pod whose containers run can complete (the scenario runner's rule too).
+		p := w.pods[e.Name]
+		if p == nil || !p.live() || p.phase != podAdmitted {
+			return
 		}
-		p.running = false
-		if e.Kind == "pod-delete" {
+		p.running, p.completed = false, true
+		if !state.Fate(state.PodCompleted).Active {
 			p.phase = podDeleted
-		} else {
-			p.phase = podCompleted
 		}
 		w.gc()
 	case "kubelet-restart":
@@ -256,13 +254,13 @@ func (w *world) apply(e *Event) {
 	case "advance":
 		w.advance(e.Dur)
 	case "checkpoint-corrupt":
-		if w.disk != nil {
-			w.disk, w.diskTampered = w.disk[:len(w.disk)/2], true
+		if b := w.file(); b != nil {
+			w.setFile(b[:len(b)/2])
 		}
 	case "checkpoint-remove":
-		w.disk, w.diskTampered = nil, true
+		w.setFile(nil)
 	case "checkpoint-legacy":
-		w.disk, w.diskTampered = e.data, true
+		w.setFile(e.data)
 	}
 }
 
@@ -308,12 +306,8 @@ func (w *world) nextTimer() (time.Time, bool) {
 		}
 	}
 	for _, a := range w.admissions {
-		if a.wait == notWaiting {
-			continue
-		}
-		consider(a.waitUntil)
-		if left, away := w.st.GraceLeft(a.waitRes, w.now, w.grace()); away {
-			consider(w.now.Add(left))
+		if t, ok := w.wakeAt(a); ok {
+			consider(t)
 		}
 	}
 	return next, found
@@ -387,7 +381,7 @@ func (w *world) restart(reboot bool) {
 	w.rebooted = reboot
 	w.sourcesReady = false
 	for _, name := range w.order {
-		if p := w.pods[name]; p.live() {
+		if p := w.pods[name]; p.active() && (!p.completed || state.Fate(state.PodCompleted).Readmit) {
 			p.phase = podPending
 			w.admissions = append(w.admissions, &admission{pod: p, readmit: true})
 		}
@@ -403,6 +397,19 @@ func (w *world) restart(reboot bool) {
 		w.note("the manager restarted from the checkpoint; containers keep running")
 	}
 	w.checkSourcesReady()
+}
+
+// abandonAdmission ends the pod's admission in flight, if any, releasing what it reserved.
+func (w *world) abandonAdmission(p *simPod) {
+	for _, a := range w.admissions {
+		if a.pod == p {
+			if a.steps != nil {
+				a.steps.Abandon(w.st)
+			}
+			w.removeAdmission(a)
+			return
+		}
+	}
 }
 
 func sortedPlugins(m map[string]*simPlugin) []string { return state.SortedKeys(m) }

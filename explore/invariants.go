@@ -73,16 +73,25 @@ func classified(v *Violation) *Violation {
 func (w *world) checkShared() *Violation {
 	type holder struct{ pod, container string }
 	owners := map[string]map[string][]holder{} // resource → device → holders
+	// A contested device (restored records of several pods name it, state.Contest) is held
+	// by every claimant on purpose and given to no other pod.
+	contested := map[string]bool{}
+	for _, c := range w.st.Contests() {
+		contested[c.Resource+"/"+c.DeviceID] = true
+	}
 	var v *Violation
 	w.st.EachAllocation(func(uid, ctr, res string, a *state.Allocation) {
 		p := w.podByUID(uid)
-		if v != nil || p == nil || !p.live() {
+		if v != nil || p == nil || !p.active() {
 			return
 		}
 		if owners[res] == nil {
 			owners[res] = map[string][]holder{}
 		}
 		for id := range a.IDs() {
+			if contested[res+"/"+id] {
+				continue
+			}
 			for _, h := range owners[res][id] {
 				if h.pod == p.name && (w.isRegularInit(p, h.container) || w.isRegularInit(p, ctr)) {
 					continue
@@ -144,6 +153,8 @@ func (w *world) checkRejections() *Violation {
 			v := &Violation{Invariant: NoRejectionAfterRestart, Detail: fmt.Sprintf("%s was admitted before the restart and rejected at its re-admission (%s); its plugin was back %v after the restart",
 				r.pod, r.reason, w.now.Sub(r.restart))}
 			switch {
+			case r.completed:
+				v.Class = string(NoRejectionAfterRestart) + " (kubernetes #117955: a completed pod admitted again after a restart)"
 			case r.regularInit && !r.reboot:
 				v.Class = string(NoRejectionAfterRestart) + " (kubernetes #138446: a completed init container checked again after a kubelet restart)"
 			case strings.Contains(r.reason, "cannot allocate unregistered device"):
@@ -165,12 +176,20 @@ func (w *world) pluginBackWith(res string, ids sets.Set[string]) bool {
 }
 
 func (w *world) checkCheckpoint() *Violation {
-	if w.diskTampered || w.disk == nil {
+	if w.diskTampered || (w.disk == nil && w.written == nil) {
 		return nil
 	}
-	data, layout, err := checkpoint.Decode(w.disk)
-	if err != nil || layout != checkpoint.LayoutV2 {
-		return &Violation{Invariant: CheckpointRestores, Detail: fmt.Sprintf("the checkpoint does not decode: layout %v, %v", layout, err)}
+	var data *checkpoint.Data
+	if w.written != nil {
+		// Written since the file was last read: its content, without the encoding and
+		// decoding (package checkpoint's tests hold those to the kubelet's format).
+		data = w.written.Data()
+	} else {
+		d, layout, err := checkpoint.Decode(w.disk)
+		if err != nil || layout != checkpoint.LayoutV2 {
+			return &Violation{Invariant: CheckpointRestores, Detail: fmt.Sprintf("the checkpoint does not decode: layout %v, %v", layout, err)}
+		}
+		data = d
 	}
 	if w.busy() {
 		return nil

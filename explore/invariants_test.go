@@ -54,9 +54,10 @@ func TestInvariantsCatchBreakage(t *testing.T) {
 		{"rejected though its plugin is back", NoRejectionAfterRestart, func(w *world) {
 			w.rejections = append(w.rejections, rejection{pod: "p1", resource: "example.com/gpu", restart: w.now})
 		}},
-		{"checkpoint torn", CheckpointRestores, func(w *world) { w.disk = w.disk[:len(w.disk)-3] }},
+		{"checkpoint torn", CheckpointRestores, func(w *world) { b := w.file(); w.disk = b[:len(b)-3] }},
 		{"checkpoint behind", CheckpointRestores, func(w *world) {
 			b, _ := checkpoint.Encode(&checkpoint.Data{RegisteredDevices: map[string][]string{}})
+			w.file()
 			w.disk = b
 		}},
 		{"list out of step with the plugin", CapacityMatchesPlugins, func(w *world) {

@@ -32,11 +32,11 @@ func (g *generator) event(w *world) *Event {
 			g.pods++
 			return &Event{Kind: "pod-admit", Name: fmt.Sprintf("p%d", g.pods), Args: g.podSpec(w)}
 		case r < 30 && len(live) > 0:
-			kind := "pod-delete"
-			if g.rng.Intn(2) == 0 {
-				kind = "pod-complete"
+			name := live[g.rng.Intn(len(live))]
+			if p := w.pods[name]; g.rng.Intn(2) == 0 && p.live() && p.phase == podAdmitted {
+				return &Event{Kind: "pod-complete", Name: name}
 			}
-			return &Event{Kind: kind, Name: live[g.rng.Intn(len(live))]}
+			return &Event{Kind: "pod-delete", Name: name}
 		case r < 40:
 			name := pluginNames[g.rng.Intn(len(pluginNames))]
 			if p := w.plugins[name]; p != nil {
@@ -147,10 +147,11 @@ func (g *generator) podSpec(w *world) []string {
 	return []string{fmt.Sprintf("%s=%d", res(), n())}
 }
 
+// livePods are the pods in the pod source (completed ones included), in arrival order.
 func (w *world) livePods() []string {
 	var out []string
 	for _, name := range w.order {
-		if w.pods[name].live() {
+		if w.pods[name].active() {
 			out = append(out, name)
 		}
 	}

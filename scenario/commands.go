@@ -13,6 +13,7 @@ import (
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/devicemanager/state"
 )
 
 // Step is one command's result: its lines, and a snapshot of every resource's counts after it
@@ -204,6 +205,11 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 			}
 			r.plugins[name] = p
 		}
+		if p.newest() != nil {
+			// A plugin that runs already is restarted (its processes exit, then one starts),
+			// as the simulator (package explore) takes it: `plugin add-instance` adds one.
+			return r.pluginCmd("restart", name, nil)
+		}
 		if err := r.startPlugin(p); err != nil {
 			return nil, err
 		}
@@ -286,11 +292,21 @@ func (r *Runner) podCmd(verb, name string, args []string) ([]string, error) {
 			return nil, fmt.Errorf("no pod %q", name)
 		}
 		r.mu.Lock()
-		p.running = false
-		if verb == "delete" {
+		if verb == "complete" && (!p.running || p.state != "admitted") {
+			r.mu.Unlock()
+			return []string{name + " is not running; nothing completes"}, nil
+		}
+		end := state.PodDeleted
+		if verb == "complete" {
+			end = state.PodCompleted
+		}
+		fate := state.Fate(end)
+		p.running, p.completed = false, p.completed || end == state.PodCompleted
+		if !fate.Active {
 			p.state = "deleted"
-		} else {
-			p.completed = true
+			if p.cancel != nil {
+				p.cancel() // its admission, if one is in flight, ends with the pod
+			}
 		}
 		r.mu.Unlock()
 		r.m.UpdateAllocatedDevices()
@@ -349,7 +365,7 @@ func (r *Runner) restart(reboot bool) ([]string, error) {
 	out = append(out, r.capacityLines()...)
 	for _, name := range r.order {
 		p := r.pods[name]
-		if p.state == "deleted" || p.state == "rejected" {
+		if p.state == "deleted" || p.state == "rejected" || (p.completed && !state.Fate(state.PodCompleted).Readmit) {
 			continue
 		}
 		out = append(out, "re-admitting "+name)

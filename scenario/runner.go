@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
@@ -31,6 +32,7 @@ const settle = 20 * time.Second
 // use; admissions it starts run in their own goroutines and are reported as they finish.
 type Runner struct {
 	scriptDir  string // Config.ScriptDir
+	records    bool   // Config.Records
 	policy     devicemanager.Policy
 	quarantine bool // Config.QuarantineCorruptCheckpoint: off under the kubelet's policy
 	dir        string
@@ -93,9 +95,15 @@ func (p *plugin) stopAll() {
 
 type pod struct {
 	obj       *v1.Pod
-	state     string // admitted, rejected, waiting, deleted, completed
+	state     string // admitting, admitted, rejected, waiting, deleted
 	running   bool   // its app containers and sidecars run
-	completed bool
+	completed bool   // its containers exited (state.Fate: it stays, and is admitted again at a restart)
+	reason    string // why it was rejected
+	// records is the embedder's copy of the pod's assignments, taken when it was admitted
+	// (Config.Records).
+	records []checkpoint.PodDevicesEntry
+	// cancel ends the admission in flight, when the pod is deleted. Guarded by mu.
+	cancel context.CancelFunc
 }
 
 // New prepares a runner: it validates cfg and creates the runner's temporary directory, which
@@ -113,7 +121,7 @@ func New(cfg Config) (*Runner, error) {
 		// Not logr.Discard(): its nil sink would make the manager fall back to klog.
 		log = funcr.New(func(string, string) {}, funcr.Options{})
 	}
-	r := &Runner{scriptDir: cfg.ScriptDir, plugins: map[string]*plugin{}, pods: map[string]*pod{},
+	r := &Runner{scriptDir: cfg.ScriptDir, records: cfg.Records, plugins: map[string]*plugin{}, pods: map[string]*pod{},
 		log: log, deferred: make(chan string, 64), settled: make(chan struct{}),
 		waitingFor: map[string]string{}}
 	r.quarantine = !pol.IsKubelet()
@@ -175,10 +183,19 @@ func (r *Runner) startManager(running []devicemanager.ContainerKey) error {
 	if err != nil {
 		return err
 	}
+	var records []checkpoint.PodDevicesEntry
+	r.mu.Lock()
+	for _, name := range r.order {
+		if p := r.pods[name]; p.state != "deleted" && p.state != "rejected" {
+			records = append(records, p.records...)
+		}
+	}
+	r.mu.Unlock()
 	if err := m.Start(context.Background(), devicemanager.Sources{
-		ActivePods:        r.activePods,
-		SourcesReady:      func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.ready },
-		RunningContainers: running,
+		ActivePods:           r.activePods,
+		SourcesReady:         func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.ready },
+		RunningContainers:    running,
+		RecoveredAllocations: records,
 	}); err != nil {
 		return err
 	}
@@ -359,13 +376,16 @@ func (r *Runner) admit(name string) {
 	}
 	r.mu.Lock()
 	p.state = "admitting"
+	ctx, cancel := context.WithCancel(r.admitCtx)
+	p.cancel = cancel
+	gen := r.gen
 	r.mu.Unlock()
 	done := make(chan struct{})
 	r.inflight.Add(1)
-	ctx, gen := r.admitCtx, r.gen
 	go func() {
 		defer r.inflight.Done()
 		defer close(done)
+		defer cancel()
 		var err error
 		for _, c := range allContainers(p.obj) {
 			if err = r.m.Allocate(ctx, p.obj, c); err != nil {
@@ -374,8 +394,8 @@ func (r *Runner) admit(name string) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if gen != r.gen {
-			return // its manager was stopped: the pod is admitted again by the next one
+		if gen != r.gen || p.state == "deleted" {
+			return // its manager was stopped (the next one admits it again), or the pod is gone
 		}
 		defer func() { // wake inflightSettle
 			close(r.settled)
@@ -383,11 +403,18 @@ func (r *Runner) admit(name string) {
 		}()
 		waited := p.state == "waiting"
 		if err != nil {
-			p.state = "rejected"
-			r.events = append(r.events, fmt.Sprintf("%s rejected: UnexpectedAdmissionError: Allocate failed due to %v, which is unexpected", name, err))
+			p.state, p.running = "rejected", false
+			p.reason = fmt.Sprintf("UnexpectedAdmissionError: Allocate failed due to %v, which is unexpected", err)
+			r.events = append(r.events, name+" rejected: "+p.reason)
 			return
 		}
-		p.state, p.running = "admitted", true
+		p.state, p.running, p.reason = "admitted", !p.completed, ""
+		if r.records {
+			p.records = nil
+			for _, c := range allContainers(p.obj) {
+				p.records = append(p.records, r.m.GetContainerAllocations(string(p.obj.UID), c.Name)...)
+			}
+		}
 		if waited {
 			r.events = append(r.events, name+" admitted after waiting for its device plugin")
 		} else {
