@@ -10,7 +10,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore
+.PHONY: all build check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore lockstep
 
 all: build
 
@@ -103,3 +103,10 @@ demo:
 
 clean:
 	rm -rf $(BIN)
+
+## lockstep: the lockstep check of the simulator against the real manager (docs/explore.md):
+## LOCKSTEP_SEEDS random runs per policy (default 10,000), each replayed step for step through
+## the real manager over real sockets, comparing what both show after every step.
+LOCKSTEP_SEEDS ?= 10000
+lockstep:
+	LOCKSTEP_SEEDS=$(LOCKSTEP_SEEDS) $(GO) test -count=1 -timeout 0 -run '^TestLockstep$$' -v ./explore/

@@ -89,7 +89,8 @@ type Manager struct {
 	recovered    map[string]sets.Set[string] // devices restored from RecoveredAllocations, until the plugin's first list
 	startedAt    time.Time                   // when Start ran: opens the unknown-resource window of DeferAdmission
 	sources      Sources
-	deviceChange chan struct{} // closed and replaced whenever endpoints or device sets change
+	deviceChange chan struct{}         // closed and replaced whenever endpoints or device sets change
+	sleepers     map[*sleeper]struct{} // admissions asleep in sleepUntil (AdmissionsAsleep)
 	// restoring is set while a goroutine started by Start restores the checkpoint, holding mu
 	// (restoreConcurrently).
 	restoring atomic.Bool

@@ -63,6 +63,18 @@ func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod
 func (m *Manager) sleepUntil(ctx context.Context, changed <-chan struct{}, until time.Time) error {
 	timer := m.cfg.Clock.NewTimer(until.Sub(m.cfg.Clock.Now()))
 	defer timer.Stop()
+	w := &sleeper{until: until, changed: changed}
+	m.mu.Lock()
+	if m.sleepers == nil {
+		m.sleepers = map[*sleeper]struct{}{}
+	}
+	m.sleepers[w] = struct{}{}
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.sleepers, w)
+		m.mu.Unlock()
+	}()
 	select {
 	case <-changed:
 	case <-timer.C():
@@ -70,6 +82,51 @@ func (m *Manager) sleepUntil(ctx context.Context, changed <-chan struct{}, until
 		return ctx.Err()
 	}
 	return nil
+}
+
+// sleeper is one admission asleep in sleepUntil: until when, and the device-change broadcast
+// that wakes it.
+type sleeper struct {
+	until   time.Time
+	changed <-chan struct{}
+}
+
+// AdmissionsAsleep reports how many admissions wait for a device plugin (Policy.DeferAdmission)
+// with nothing to wake them yet: their deadline is ahead on the manager's clock and no device
+// changed since they last looked. A harness that drives the manager step by step on a fake
+// clock (package scenario) waits until every admission it started has finished or is asleep.
+func (m *Manager) AdmissionsAsleep() int {
+	now := m.cfg.Clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for w := range m.sleepers {
+		select {
+		case <-w.changed:
+			continue
+		default:
+		}
+		if now.Before(w.until) {
+			n++
+		}
+	}
+	return n
+}
+
+// NextWake returns the earliest moment on the manager's clock at which an admission asleep
+// waiting for a device plugin looks again without a device change, and false when none
+// sleeps. A harness on a fake clock steps to it, so that each wait ends at its own time.
+func (m *Manager) NextWake() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Time
+	found := false
+	for w := range m.sleepers {
+		if !found || w.until.Before(next) {
+			next, found = w.until, true
+		}
+	}
+	return next, found
 }
 
 // awaitUnknownResource decides what happens to a container asking for a resource no plugin

@@ -35,6 +35,7 @@ type admission struct {
 	waitRes   string
 	waitUntil time.Time       // waitUnknown: the end of the window
 	deferral  *state.Deferral // waitNoHealthy: the core's wait
+	legacy    *legacyCopy     // waitNoHealthy under legacy.deferralCopy
 }
 
 func (a *admission) container() *simContainer { return &a.pod.containers[a.ci] }
@@ -66,6 +67,11 @@ func (a *admission) picks() []*state.Pick {
 // runnable reports whether the admission can take a step now: it is not waiting, or the
 // core's decision for its wait is no longer to sleep (a device change, its deadline).
 func (w *world) runnable(a *admission) bool {
+	switch {
+	case a.wait == waitNoHealthy && a.legacy != nil:
+		ok, _ := w.legacyWake(a)
+		return ok
+	}
 	switch a.wait {
 	case waitNoHealthy:
 		return a.deferral.Next(w.st, w.now).Kind != state.WaitSleep
@@ -77,6 +83,11 @@ func (w *world) runnable(a *admission) bool {
 
 // wakeAt returns when a waiting admission must look again without a device change.
 func (w *world) wakeAt(a *admission) (time.Time, bool) {
+	switch {
+	case a.wait == waitNoHealthy && a.legacy != nil:
+		_, at := w.legacyWake(a)
+		return at, true
+	}
 	switch a.wait {
 	case waitNoHealthy:
 		if d := a.deferral.Next(w.st, w.now); d.Kind == state.WaitSleep {
@@ -94,10 +105,6 @@ func (w *world) grace() time.Duration { return gracePeriod }
 
 // gracePeriod is the simulated manager's grace period, the kubelet's.
 const gracePeriod = 5 * time.Minute
-
-func (w *world) served(res string) bool {
-	return w.st.IsDevicePluginResource(res) && !w.st.AwaitingPlugin(res, w.now, w.grace())
-}
 
 // step runs the admission's next simulator step: the container's steps, as the manager runs
 // them, up to the next boundary.
@@ -130,6 +137,7 @@ func (w *world) step(a *admission) {
 					a.wait, a.waitRes, a.waitUntil = waitUnknown, s.Resource, u.Until
 					p.phase = podWaiting
 					w.note("%s waiting for a device plugin to register %s", p.name, s.Resource)
+					w.checkSourcesReady()
 				}
 				return
 			}
@@ -169,6 +177,9 @@ func (w *world) selectDevices(a *admission, s state.Step) (ids sets.Set[string],
 	p, c, res := a.pod, a.container(), s.Resource
 	req := state.Request{PodUID: p.uid, Container: c.name, Resource: res, Required: s.Required,
 		Reusable: s.Reusable, SourcesReady: w.sourcesReady}
+	if legacy.deferralCopy {
+		return w.legacySelect(a, req)
+	}
 	if d := a.deferral; d != nil {
 		switch wt := d.Next(w.st, w.now); wt.Kind {
 		case state.WaitSleep:
@@ -193,6 +204,7 @@ func (w *world) selectDevices(a *admission, s state.Step) (ids sets.Set[string],
 	a.wait, a.waitRes, a.deferral = waitNoHealthy, res, d
 	p.phase = podWaiting
 	w.note("%s waiting for its device plugin (deferred admission)", p.name)
+	w.checkSourcesReady()
 	return nil, nil, true
 }
 

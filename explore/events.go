@@ -140,6 +140,11 @@ func (w *world) apply(e *Event) {
 			}
 			w.plugins[e.Name] = p
 		}
+		if p.alive && legacy.startAdds {
+			w.connect(p, p.newSocket())
+			w.note("%s: another instance registered", p.resource())
+			return
+		}
 		if p.alive {
 			w.stopPlugin(p)
 		}
@@ -230,8 +235,8 @@ func (w *world) apply(e *Event) {
 		w.admissions = append(w.admissions, &admission{pod: p})
 	case "pod-delete":
 		p := w.pods[e.Name]
-		if p == nil || !p.active() {
-			return
+		if p == nil || p.phase == podDeleted {
+			return // a rejected pod's object is deleted too; it held nothing
 		}
 		w.abandonAdmission(p)
 		p.running, p.phase = false, podDeleted
@@ -243,7 +248,7 @@ func (w *world) apply(e *Event) {
 			return
 		}
 		p.running, p.completed = false, true
-		if !state.Fate(state.PodCompleted).Active {
+		if !fate(state.PodCompleted).Active {
 			p.phase = podDeleted
 		}
 		w.gc()
@@ -285,14 +290,41 @@ func (w *world) advance(d time.Duration) {
 	w.drain()
 }
 
-// drain runs every runnable step, in order, until none is left (bounded).
+// drain runs every runnable step until none is left (bounded): the first pending one each
+// time, or the one w.choose picks.
 func (w *world) drain() {
 	for i := 0; i < 10000; i++ {
 		pending := w.pending()
 		if len(pending) == 0 {
 			return
 		}
-		w.runTask(pending[0])
+		if w.choose == nil {
+			w.runTask(pending[0])
+			continue
+		}
+		w.runContainer(pending[w.choose(len(pending))])
+	}
+}
+
+// runContainer runs the named work; for an admission, up to the end of its current
+// container (its last container: to the end of the admission) or until it waits: the unit
+// whose order the lockstep check chooses.
+func (w *world) runContainer(id string) {
+	var a *admission
+	for _, x := range w.admissions {
+		if "admit "+x.pod.name == id {
+			a = x
+		}
+	}
+	if a == nil {
+		w.runTask(id)
+		return
+	}
+	ci := a.ci
+	for i := 0; i < 100 && w.runTask(id); i++ {
+		if (a.ci != ci && a.ci < len(a.pod.containers)) || !slices.Contains(w.admissions, a) || !w.runnable(a) {
+			return
+		}
 	}
 }
 
@@ -381,7 +413,7 @@ func (w *world) restart(reboot bool) {
 	w.rebooted = reboot
 	w.sourcesReady = false
 	for _, name := range w.order {
-		if p := w.pods[name]; p.active() && (!p.completed || state.Fate(state.PodCompleted).Readmit) {
+		if p := w.pods[name]; p.active() && (!p.completed || fate(state.PodCompleted).Readmit) {
 			p.phase = podPending
 			w.admissions = append(w.admissions, &admission{pod: p, readmit: true})
 		}

@@ -167,9 +167,12 @@ type world struct {
 	policy  devicemanager.Policy
 	rules   state.Rules // the policy's switches, as the core's decisions read them
 	records bool        // the embedder keeps its own records (Sources.RecoveredAllocations)
-	now     time.Time
-	gen     int // manager generation: increments at each (re)start
-	st      *state.State
+	// quarantine: a corrupt checkpoint is moved aside at start (Config.QuarantineCorruptCheckpoint,
+	// off where a kubelet's policy is replayed).
+	quarantine bool
+	now        time.Time
+	gen        int // manager generation: increments at each (re)start
+	st         *state.State
 	// current is, per resource, the plugin instance the manager serves; 0 for none.
 	current      map[string]int
 	startedAt    time.Time
@@ -198,6 +201,9 @@ type world struct {
 	late *Violation
 	// notes are the human-readable lines of what the last step did.
 	notes []string
+	// choose, when set, picks which of n pending steps drain runs next (the lockstep check
+	// tries the orders in which the manager's concurrent admissions may run).
+	choose func(n int) int
 }
 
 type rejection struct {
@@ -208,10 +214,11 @@ type rejection struct {
 }
 
 func newWorld(policy devicemanager.Policy, records bool) *world {
+	quarantine := !policy.IsKubelet()
 	if policy.DeferAdmissionTimeout == 0 {
 		policy.DeferAdmissionTimeout = devicemanager.DefaultDeferAdmissionTimeout
 	}
-	w := &world{policy: policy, rules: policy.Rules(gracePeriod), records: records, now: origin, plugins: map[string]*simPlugin{},
+	w := &world{policy: policy, quarantine: quarantine, rules: policy.Rules(gracePeriod), records: records, now: origin, plugins: map[string]*simPlugin{},
 		pods: map[string]*simPod{}, restarts: map[int]time.Time{}}
 	w.startManager(nil)
 	w.sourcesReady = true
@@ -243,8 +250,14 @@ func (w *world) startManager(running []state.ContainerKey) {
 	var data *checkpoint.Data
 	usable := false
 	if b := w.file(); b != nil {
-		if d, layout, err := checkpoint.Decode(b); err == nil && (layout == checkpoint.LayoutV2 || w.policy.ReadLegacyCheckpoint) {
+		d, layout, err := checkpoint.Decode(b)
+		switch {
+		case err == nil && (layout == checkpoint.LayoutV2 || w.policy.ReadLegacyCheckpoint):
 			data, usable = d, true
+		case err != nil && w.quarantine:
+			// kdm's manager moves a corrupt file aside (Config.QuarantineCorruptCheckpoint,
+			// on wherever the kubelet's policy is not replayed).
+			w.disk = nil
 		}
 	}
 	if usable {
@@ -262,6 +275,9 @@ func (w *world) startManager(running []state.ContainerKey) {
 	}
 	if len(recs) == 0 {
 		return
+	}
+	if legacy.dropConflicts {
+		recs, _ = state.DropConflictingEntries(recs)
 	}
 	w.st.Recover(recs, w.now)
 	w.writeCheckpoint()

@@ -58,48 +58,41 @@ func (r *Runner) Do(cmd string, args []string) (Step, error) {
 	return st, err
 }
 
-// inflightSettle waits, within settle, until no admission is still waiting for a plugin whose
-// devices are now allocatable: such an admission is about to finish and belongs to this
-// command's outcome. Admissions whose plugins are still down keep waiting.
+// inflightSettle waits, within settle, until every admission in flight has finished or is
+// asleep waiting for a plugin with nothing to wake it (Manager.AdmissionsAsleep): one that a
+// device change or the clock woke belongs to this command's outcome.
 func (r *Runner) inflightSettle() {
 	if r.m == nil {
 		return
 	}
 	timer := time.NewTimer(settle)
 	defer timer.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for {
-		// Both broadcasts are taken before the check, so no change is missed.
+		// The broadcasts are taken before the check, so no change is missed; the ticker
+		// covers a sleeper that woke and went back to sleep, which broadcasts nothing.
 		r.mu.Lock()
 		settled := r.settled
+		inflight := 0
+		for _, p := range r.pods {
+			if p.state == "admitting" || p.state == "waiting" {
+				inflight++
+			}
+		}
 		r.mu.Unlock()
 		changed := r.m.DeviceChanges()
-		if !r.someWaiterCanProceed() {
+		if inflight == 0 || r.m.AdmissionsAsleep() == inflight {
 			return
 		}
 		select {
 		case <-settled:
 		case <-changed:
+		case <-tick.C:
 		case <-timer.C:
 			return
 		}
 	}
-}
-
-func (r *Runner) someWaiterCanProceed() bool {
-	r.mu.Lock()
-	var resources []string
-	for _, p := range r.pods {
-		if p.state == "waiting" {
-			resources = append(resources, r.waitingFor[string(p.obj.UID)])
-		}
-	}
-	r.mu.Unlock()
-	for _, res := range resources {
-		if _, a := r.counts(res); a > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func (r *Runner) do(cmd string, args []string) ([]string, error) {
@@ -164,8 +157,23 @@ func (r *Runner) do(cmd string, args []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.clock.Step(d)
-		_, _, removed := r.m.GetCapacity()
+		// Each waiting admission's wake on the way comes at its own time, as it would on a
+		// real clock: the clock stops there until the admissions have settled.
+		target := r.clock.Now().Add(d)
+		var removed []string
+		for {
+			r.inflightSettle()
+			next, ok := r.m.NextWake()
+			if !ok || next.After(target) || !next.After(r.clock.Now()) {
+				break
+			}
+			r.clock.SetTime(next)
+			_, _, rm := r.m.GetCapacity()
+			removed = append(removed, rm...)
+		}
+		r.clock.SetTime(target)
+		_, _, rm := r.m.GetCapacity()
+		removed = append(removed, rm...)
 		out := []string{fmt.Sprintf("clock +%v (t=%v)", d, r.clock.Since(r.start))}
 		for _, res := range removed {
 			if r.m.Policy().DropRemovedResources {
@@ -392,6 +400,9 @@ func (r *Runner) checkpointCmd(verb, file string) ([]string, error) {
 	switch verb {
 	case "corrupt":
 		b, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return []string{"no kubelet_internal_checkpoint to truncate"}, nil
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -48,9 +48,7 @@ type Runner struct {
 	mu       sync.Mutex
 	events   []string // admission outcomes not yet printed
 	deferred chan string
-	// waitingFor is, per pod UID, the resource its deferred admission waits for. Guarded by mu.
-	waitingFor map[string]string
-	inflight   sync.WaitGroup
+	inflight sync.WaitGroup
 	// admitCtx bounds the admissions of the current manager: a restart or Close cancels it,
 	// and an admission of an earlier generation (gen) leaves the runner's state alone.
 	admitCtx    context.Context
@@ -122,8 +120,7 @@ func New(cfg Config) (*Runner, error) {
 		log = funcr.New(func(string, string) {}, funcr.Options{})
 	}
 	r := &Runner{scriptDir: cfg.ScriptDir, records: cfg.Records, plugins: map[string]*plugin{}, pods: map[string]*pod{},
-		log: log, deferred: make(chan string, 64), settled: make(chan struct{}),
-		waitingFor: map[string]string{}}
+		log: log, deferred: make(chan string, 64), settled: make(chan struct{})}
 	r.quarantine = !pol.IsKubelet()
 	r.policy = pol
 	r.policy.CoalesceDeviceListWrites = false // keep the file in step with every command
@@ -170,10 +167,7 @@ func (r *Runner) startManager(running []devicemanager.ContainerKey) error {
 	quarantine := r.quarantine
 	m, err := devicemanager.New(devicemanager.Config{
 		PluginDir: r.dir, Clock: r.clock, Logger: r.log, Policy: r.policy, QuarantineCorruptCheckpoint: &quarantine,
-		OnAdmissionDeferred: func(podUID, _, res string) {
-			r.mu.Lock()
-			r.waitingFor[podUID] = res
-			r.mu.Unlock()
+		OnAdmissionDeferred: func(podUID, _, _ string) {
 			select {
 			case r.deferred <- podUID:
 			default:
@@ -240,8 +234,14 @@ func (r *Runner) startPlugin(p *plugin) error {
 			healthy++
 		}
 	}
-	// Capacity survives a plugin's exit, so wait for the new instance's healthy devices.
-	return r.waitCapacity(r.resource(p.name), func(c, a int64) bool { return c == int64(len(p.devices)) && a == healthy })
+	// Capacity survives a plugin's exit, so wait for the new instance's healthy devices, and
+	// then for the new instance to serve the resource with its list applied: the counts
+	// alone may be those of an instance that runs already.
+	res := r.resource(p.name)
+	if err := r.waitCapacity(res, func(c, a int64) bool { return c == int64(len(p.devices)) && a == healthy }); err != nil {
+		return err
+	}
+	return r.waitEndpoint(res, socket+" serving", func(s string, _ int) bool { return s == socket })
 }
 
 // waitCapacity waits, on the manager's device-change broadcast, until cond holds for the

@@ -166,13 +166,19 @@ func (r Rules) Defer(s *State, res string, err error, now time.Time) *Deferral {
 // Timeout is the wait's length, for logs.
 func (d *Deferral) Timeout() time.Duration { return d.rules.DeferAdmissionTimeout }
 
-// Next decides the wait's next step at now: retry once the plugin is not awaited any more,
-// fail at the deadline, or sleep until the deadline or the end of the plugin's grace period
-// (which removes the resource without any device change), whichever comes first.
+// Next decides the wait's next step at now: fail once the plugin has stayed away past its
+// grace period, retry once the plugin is not awaited any more, fail at the deadline, or sleep
+// until the deadline or the end of the plugin's grace period (which removes the resource
+// without any device change), whichever comes first.
 func (d *Deferral) Next(s *State, now time.Time) Wait {
 	grace := d.rules.GracePeriod
 	left, stopped := s.GraceLeft(d.res, now, grace)
 	d.wasStopped = d.wasStopped || stopped
+	if d.wasStopped && s.GraceOver(d.res, now, grace) {
+		// The plugin stayed away past its grace period: nothing can come of a retry, and the
+		// error is the same whether the owner has removed the resource yet or not.
+		return Wait{Kind: WaitFail, Err: d.graceErr(d.err)}
+	}
 	if !s.AwaitingPlugin(d.res, now, grace) {
 		return Wait{Kind: WaitRetry}
 	}
@@ -190,9 +196,13 @@ func (d *Deferral) Next(s *State, now time.Time) Wait {
 // the grace period when the plugin was away and its resource is removed now.
 func (d *Deferral) Retried(s *State, err error, now time.Time) error {
 	if err != nil && d.wasStopped && s.GraceOver(d.res, now, d.rules.GracePeriod) {
-		return fmt.Errorf("%w (the device plugin did not register again within the %v grace period; the resource is removed)", err, d.rules.GracePeriod)
+		return d.graceErr(err)
 	}
 	return err
+}
+
+func (d *Deferral) graceErr(err error) error {
+	return fmt.Errorf("%w (the device plugin did not register again within the %v grace period; the resource is removed)", err, d.rules.GracePeriod)
 }
 
 // Cancelled is the error of a wait the owner gave up on (its context ended).

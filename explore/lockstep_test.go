@@ -1,0 +1,75 @@
+package explore
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/kdm-project/kdm/devicemanager"
+)
+
+// lockstepSeeds is how many seeds per policy TestLockstep runs: LOCKSTEP_SEEDS (make
+// lockstep), or a few dozen, fewer under -short: every step of the real manager costs real
+// sockets, processes' goroutines and files, under the race detector in CI.
+func lockstepSeeds(t *testing.T) int {
+	if v := os.Getenv("LOCKSTEP_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("LOCKSTEP_SEEDS=%q: want a positive number", v)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 10
+	}
+	return 40
+}
+
+// TestLockstep: random runs, made by the simulator and by the real manager step for step,
+// show the same pods, allocations, capacity and checkpoint after every step, under every
+// policy.
+func TestLockstep(t *testing.T) {
+	seeds := lockstepSeeds(t)
+	for _, policy := range devicemanager.PolicyNames() {
+		t.Run(policy, func(t *testing.T) {
+			rep, err := Lockstep(LockstepConfig{Policy: policy, Seeds: seeds})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := rep.Divergence; d != nil {
+				t.Fatal(d)
+			}
+			t.Logf("%s: %d seeds, %d steps in %v", policy, rep.Runs, rep.Steps, rep.Elapsed)
+		})
+	}
+}
+
+// TestLockstepCatchesDivergences: each way the simulator used to decide on its own, put
+// back (legacy), makes the lockstep check fail within a bounded number of seeds.
+func TestLockstepCatchesDivergences(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays up to 200 seeds through the real manager per divergence")
+	}
+	for _, tc := range []struct {
+		name   string
+		policy string
+		set    func(on bool)
+	}{
+		{"a completed pod freed and never admitted again", "kubelet-1.36", func(on bool) { legacy.completedFrees = on }},
+		{"plugin start on a running plugin adds an instance", "kdm", func(on bool) { legacy.startAdds = on }},
+		{"the deferral wait's own copy", "kdm", func(on bool) { legacy.deferralCopy = on }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.set(true)
+			defer tc.set(false)
+			rep, err := Lockstep(LockstepConfig{Policy: tc.policy, Seeds: 200})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Divergence == nil {
+				t.Fatalf("no divergence in %d seeds", rep.Runs)
+			}
+			t.Logf("found at seed %d after %d runs:\n%v", rep.Divergence.Seed, rep.Runs, rep.Divergence)
+		})
+	}
+}
