@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -321,6 +322,30 @@ func (w *world) reject(a *admission, res, reason string) {
 	if p.admittedGen != 0 && p.admittedGen < w.gen && heldBefore && !back {
 		w.rejections = append(w.rejections, rejection{pod: p.name, container: a.container().name, regularInit: a.container().regularInit,
 			resource: res, reason: msg, restart: w.restarts[w.gen], reboot: w.rebooted, completed: p.completed})
+	}
+	// A plugin's failed RPC is the plugin's refusal; a device that vanished between the
+	// selection and Allocate fails the pod under every policy (no policy chooses again).
+	if w.needless == nil && !strings.Contains(reason, "rpc error") && !strings.Contains(reason, "is no longer reported by its plugin") {
+		c := a.container()
+		// What the plugin's connected instances list, whichever of them the manager serves.
+		free := sets.New[string]()
+		if sp := w.plugins[strings.TrimPrefix(res, domain)]; sp != nil && sp.alive && len(sp.open) > 0 && sp.listed {
+			for _, d := range sp.devices {
+				if d.Health == pluginapi.Healthy {
+					free.Insert(d.ID)
+				}
+			}
+		}
+		free = free.Difference(w.st.Allocated(res))
+		free.Delete(w.st.ReservedIDs(res)...)
+		// A container that holds devices of res already is refused over those devices'
+		// health (the kubelet's rule, and kdm's), not for want of free ones.
+		_, held := p.given[c.name][res]
+		held = held || w.st.ContainerDevices(p.uid, c.name, res) != nil
+		if !held && c.requests[res] > 0 && free.Len() >= c.requests[res] {
+			w.needless = &Violation{Invariant: NoNeedlessRejection, Detail: fmt.Sprintf("%s was rejected (%s) while its plugin's connected instances list %d free healthy %s devices and %s/%s asks for %d",
+				p.name, msg, free.Len(), res, p.name, c.name, c.requests[res])}
+		}
 	}
 	p.phase, p.running, p.reason = podRejected, false, msg
 	w.note("%s rejected: %s", p.name, msg)

@@ -36,6 +36,15 @@ const (
 	RunOptionsFromPlugin Invariant = "run-options"
 	// NoReservationLeak: no device stays reserved when no allocation is in flight.
 	NoReservationLeak Invariant = "reservation-leak"
+	// NoNeedlessRejection: no pod is rejected for a resource while a connected plugin
+	// lists enough free healthy devices of it (the manager's own refusal, not a plugin's
+	// failed RPC).
+	NoNeedlessRejection Invariant = "needless-rejection"
+	// DeletedPodFreed: once the pod sources are ready, a deleted pod holds no device.
+	DeletedPodFreed Invariant = "deleted-pod-holds-devices"
+	// DeferralEnds: every admission waiting for a plugin has a deadline ahead, within the
+	// deferral timeout, so it ends.
+	DeferralEnds Invariant = "endless-deferral"
 )
 
 // Violation is a broken invariant, with what broke it.
@@ -55,7 +64,8 @@ func (w *world) check() *Violation {
 		return classified(v)
 	}
 	for _, f := range []func() *Violation{w.checkShared, w.checkAssignments, w.checkRejections,
-		w.checkCheckpoint, w.checkCapacity, w.checkRunOptions, w.checkReservations} {
+		w.checkNeedless, w.checkCheckpoint, w.checkCapacity, w.checkRunOptions, w.checkReservations,
+		w.checkDeletedFreed, w.checkDeferralsEnd} {
 		if v := f(); v != nil {
 			return classified(v)
 		}
@@ -218,9 +228,10 @@ func (w *world) checkCapacity() *Violation {
 		}
 		ps := w.st.Plugin(res)
 		p := w.pluginServing(res)
-		if !ps.Connected {
+		if !ps.Connected || p == nil {
+			// Disconnected, or connected to an instance no live plugin process serves.
 			if healthy.Len() > 0 {
-				return &Violation{Invariant: CapacityMatchesPlugins, Detail: fmt.Sprintf("%s has no plugin but %d allocatable devices", res, healthy.Len())}
+				return &Violation{Invariant: CapacityMatchesPlugins, Detail: fmt.Sprintf("%s has no live plugin (connected: %v) but %d allocatable devices", res, ps.Connected, healthy.Len())}
 			}
 			continue
 		}
@@ -262,6 +273,35 @@ func (w *world) checkRunOptions() *Violation {
 func (w *world) checkReservations() *Violation {
 	if !w.busy() && w.st.Reservations() > 0 {
 		return &Violation{Invariant: NoReservationLeak, Detail: fmt.Sprintf("%d devices reserved with no allocation in flight", w.st.Reservations())}
+	}
+	return nil
+}
+
+// checkNeedless reports a rejection recorded as needless (see reject).
+func (w *world) checkNeedless() *Violation { return w.needless }
+
+func (w *world) checkDeletedFreed() *Violation {
+	if !w.sourcesReady {
+		return nil
+	}
+	for _, name := range w.order {
+		if p := w.pods[name]; p.phase == podDeleted && w.st.HasPod(p.uid) {
+			return &Violation{Invariant: DeletedPodFreed, Detail: fmt.Sprintf("deleted %s still holds devices once the pod sources are ready", name)}
+		}
+	}
+	return nil
+}
+
+func (w *world) checkDeferralsEnd() *Violation {
+	for _, a := range w.admissions {
+		if a.wait == notWaiting || w.runnable(a) {
+			continue
+		}
+		at, ok := w.wakeAt(a)
+		if !ok || !at.After(w.now) || at.After(w.now.Add(w.policy.DeferAdmissionTimeout)) {
+			return &Violation{Invariant: DeferralEnds, Detail: fmt.Sprintf("%s waits for %s with no deadline within %v (next look: %v, %v)",
+				a.pod.name, a.waitRes, w.policy.DeferAdmissionTimeout, ok, at.Sub(w.now))}
+		}
 	}
 	return nil
 }

@@ -199,6 +199,9 @@ type world struct {
 	// late is a violation found inside a step (a re-admission that changed a running
 	// container's devices), reported by the next check.
 	late *Violation
+	// needless is a rejection made while the resource's connected plugin listed enough free
+	// healthy devices (NoNeedlessRejection), reported by the next check.
+	needless *Violation
 	// notes are the human-readable lines of what the last step did.
 	notes []string
 	// choose, when set, picks which of n pending steps drain runs next (the lockstep check
