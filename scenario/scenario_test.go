@@ -92,3 +92,23 @@ func firstColumn(view string) string {
 	}
 	return strings.Join(cells, " ")
 }
+
+// TestRunFilesKeepsOthersWhenOneFails: a policy whose run fails is named in the error, and the
+// timelines of the others are returned whole, the failed one padded to the same commands.
+func TestRunFilesKeepsOthersWhenOneFails(t *testing.T) {
+	path := "../testdata/scenarios/grace-expiry.txt"
+	good := Policies()[len(Policies())-1]
+	tls, err := RunFiles(path, []string{"no-such-policy", good})
+	if err == nil || !strings.Contains(err.Error(), "policy no-such-policy failed") {
+		t.Fatalf("error %v, want one naming the failed policy", err)
+	}
+	if len(tls) != 2 || tls[1].Policy != good || len(tls[0].Steps) != len(tls[1].Steps) {
+		t.Fatalf("want both timelines with the same commands, got %d", len(tls))
+	}
+	cmp := FormatCompare(0, tls...)
+	for _, want := range []string{"not run under no-such-policy", good, "removed"} {
+		if !strings.Contains(cmp, want) {
+			t.Errorf("compare view lacks %q:\n%s", want, cmp)
+		}
+	}
+}
