@@ -40,6 +40,12 @@ type Event struct {
 
 	crash bool   // a restart the explorer inserted (a crash), not one of the story's
 	data  []byte // checkpoint-legacy: the file's content
+	// crashAtAllocate (pod-admit): the manager crashes once the pod's first selection is
+	// made, while the plugin's Allocate is in flight (scenario.CrashAtAllocate).
+	crashAtAllocate bool
+	// during (kubelet-restart): the pod whose admission was between its first selection and
+	// the plugin's answer when the manager restarted, as the last run found it; "" for none.
+	during string
 }
 
 // Step is one step of a run: an event, or the next step of pending work inside the manager
@@ -232,7 +238,11 @@ func (w *world) apply(e *Event) {
 		}
 		w.pods[e.Name] = p
 		w.order = append(w.order, e.Name)
-		w.admissions = append(w.admissions, &admission{pod: p})
+		a := &admission{pod: p}
+		w.admissions = append(w.admissions, a)
+		if e.crashAtAllocate {
+			w.crashAtAllocate(a)
+		}
 	case "pod-delete":
 		p := w.pods[e.Name]
 		if p == nil || p.phase == podDeleted {
@@ -253,6 +263,7 @@ func (w *world) apply(e *Event) {
 		}
 		w.gc()
 	case "kubelet-restart":
+		e.during = w.allocating()
 		w.restart(false)
 	case "node-reboot":
 		w.restart(true)
@@ -466,4 +477,36 @@ func parsePod(name string, args []string) (*simPod, error) {
 	}
 	p.containers = append(inits, apps...)
 	return p, nil
+}
+
+// crashAtAllocate runs the admission up to its first selection of devices and crashes the
+// manager there, before the plugin's Allocate answers (scenario.CrashAtAllocate). An
+// admission that ends or waits first is left as it is.
+func (w *world) crashAtAllocate(a *admission) {
+	for i := 0; i < 100 && slices.Contains(w.admissions, a) && w.runnable(a); i++ {
+		if w.allocating() == a.pod.name {
+			w.note("%s: the manager crashes while the plugin's Allocate call is in flight", a.pod.name)
+			w.restart(false)
+			return
+		}
+		w.step(a)
+	}
+}
+
+// allocating names the pod whose admission is in its first container, between a selection
+// and the plugin's answer, while no other admission holds anything: the moment
+// `pod admit ... crash=allocate` crashes at. "" when there is none.
+func (w *world) allocating() string {
+	var out string
+	for _, a := range w.admissions {
+		picks := a.picks()
+		if len(picks) == 0 {
+			continue
+		}
+		if out != "" || a.ci != 0 || picks[len(picks)-1].Response != nil {
+			return ""
+		}
+		out = a.pod.name
+	}
+	return out
 }

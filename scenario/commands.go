@@ -34,7 +34,8 @@ type Step struct {
 //	plugin stop-instance NAME SOCKET   the instance serving SOCKET exits; the others keep running
 //	plugin register-again NAME         the newest instance sends a second Register for its own socket
 //	device unhealthy|healthy NAME ID
-//	pod admit NAME gpu=2 | init=gpu:1 sidecar=nic:1 app=gpu:2 ...
+//	pod admit NAME gpu=2 | init=gpu:1 sidecar=nic:1 app=gpu:2 ... [crash=allocate]
+//	                                   crash=allocate: the manager crashes during the pod's Allocate (CrashAtAllocate)
 //	pod delete NAME | pod complete NAME
 //	kubelet restart                    kdm restarts; running containers keep running, plugins re-register after the re-admissions
 //	node reboot                        everything stops; nothing runs; plugins come back only with "plugin start"
@@ -284,6 +285,7 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 func (r *Runner) podCmd(verb, name string, args []string) ([]string, error) {
 	switch verb {
 	case "admit":
+		args, crash := splitCrash(args)
 		obj, err := r.parsePod(name, args)
 		if err != nil {
 			return nil, err
@@ -292,6 +294,9 @@ func (r *Runner) podCmd(verb, name string, args []string) ([]string, error) {
 		r.pods[name] = &pod{obj: obj}
 		r.order = append(r.order, name)
 		r.mu.Unlock()
+		if crash {
+			return r.admitAndCrash(name)
+		}
 		r.admit(name)
 		return nil, nil
 	case "delete", "complete":

@@ -220,7 +220,7 @@ func (r *Runner) startPlugin(p *plugin) error {
 	inst, err := plugintest.New(deviceplugin.Config{
 		ResourceName: r.resource(p.name), PluginDir: r.dir, SocketName: socket,
 		Options: &pluginapi.DevicePluginOptions{}, Devices: p.devices, Logger: r.log, KeepRegistering: true,
-	})
+	}, plugintest.RecordRequests()) // `pod admit ... crash=allocate` waits for an Allocate call
 	if err != nil {
 		return err
 	}
