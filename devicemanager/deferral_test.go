@@ -10,7 +10,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // restartedWithCheckpoint runs a manager that allocated a device to pod "old", stops it, and

@@ -17,9 +17,9 @@ import (
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/endpoint"
 	"github.com/kdm-project/kdm/internal/checkpoint"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // ContainerKey names one container of one pod.

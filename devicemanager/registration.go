@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/endpoint"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // supportedVersions are the device-plugin API versions the manager speaks.

@@ -9,7 +9,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 	"github.com/kdm-project/kdm/scenario"
 )
 

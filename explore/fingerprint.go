@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // fingerprint hashes everything that decides what the world does next and what the

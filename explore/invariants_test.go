@@ -9,7 +9,7 @@ import (
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 func policyOf(tb testing.TB, name string) devicemanager.Policy {

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // legacy reintroduces, in the simulator only, one of the ways it used to decide on its own

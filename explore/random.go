@@ -5,7 +5,7 @@ import (
 	"math/rand"
 	"time"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // generator draws the events of a random run from a seeded source.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
-	"github.com/kdm-project/kdm/devicemanager/state"
 	icheckpoint "github.com/kdm-project/kdm/internal/checkpoint"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // domain is how the scenario language names resources: plugin "gpu" serves example.com/gpu.

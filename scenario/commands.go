@@ -13,7 +13,7 @@ import (
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // Step is one command's result: its lines, and a snapshot of every resource's counts after it
