@@ -251,7 +251,7 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 		r.forget(p, old.socket)
 		old.inst.DropStreams()
 		old.inst.Stop()
-		if err := r.waitReplacedStreamsClosed(r.resource(name)); err != nil {
+		if err := r.waitReplacedStreamsClosed(r.resource(name), len(p.running)-1); err != nil {
 			return nil, err
 		}
 		c2, a2 := r.counts(r.resource(name))

@@ -265,8 +265,9 @@ func (r *Runner) waitCapacity(res string, cond func(capacity, allocatable int64)
 }
 
 // waitReplacedStreamsClosed waits, on the device-change broadcast, until the manager has seen
-// the streams of every replaced instance of res end.
-func (r *Runner) waitReplacedStreamsClosed(res string) error {
+// the streams of every replaced instance of res end but those of the instances still running
+// (keep: the plugin's running instances other than the newest).
+func (r *Runner) waitReplacedStreamsClosed(res string, keep int) error {
 	timer := time.NewTimer(settle)
 	defer timer.Stop()
 	for {
@@ -277,7 +278,7 @@ func (r *Runner) waitReplacedStreamsClosed(res string) error {
 				open = v.ReplacedStreams
 			}
 		}
-		if open == 0 {
+		if open <= keep {
 			return nil
 		}
 		select {
