@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,6 +110,21 @@ func TestRunFilesKeepsOthersWhenOneFails(t *testing.T) {
 	for _, want := range []string{"not run under no-such-policy", good, "removed"} {
 		if !strings.Contains(cmp, want) {
 			t.Errorf("compare view lacks %q:\n%s", want, cmp)
+		}
+	}
+}
+
+// TestRollingUpdateBesideAnotherInstance: a rolling update while an added instance keeps
+// running waits only for the instance that exits (the other's stream stays open).
+func TestRollingUpdateBesideAnotherInstance(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "script.txt")
+	script := "kubelet start\n----\n\nplugin start gpu devices=4\n----\n\nplugin add-instance gpu\n----\n\nplugin rolling-update gpu\n----\n"
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range Policies() {
+		if _, err := RunFile(path, policy); err != nil {
+			t.Errorf("%s: %v", policy, err)
 		}
 	}
 }
