@@ -426,6 +426,10 @@ func (r *Runner) admit(name string) {
 		select {
 		case <-done:
 			return
+		case <-ctx.Done():
+			// Its manager is stopping (a restart, which admits the pod again) or the pod was
+			// deleted: a deferral notice from now on is the next admission's.
+			return
 		case uid := <-r.deferred:
 			if uid == string(p.obj.UID) {
 				r.mu.Lock()
