@@ -203,6 +203,7 @@ func (w *world) apply(e *Event) {
 					d.Health = health
 				}
 			}
+			p.version++
 			if p.listed {
 				w.sendList(p)
 			}
@@ -211,6 +212,7 @@ func (w *world) apply(e *Event) {
 		if p := w.plugins[e.Name]; p != nil {
 			p.added++
 			p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("%s-new%d", p.name, p.added), Health: pluginapi.Healthy})
+			p.version++
 			if p.listed {
 				w.sendList(p)
 			}
@@ -223,6 +225,7 @@ func (w *world) apply(e *Event) {
 					break
 				}
 			}
+			p.version++
 			if p.listed {
 				w.sendList(p)
 			}

@@ -32,7 +32,15 @@ func TestLockstep(t *testing.T) {
 	seeds := lockstepSeeds(t)
 	for _, policy := range devicemanager.PolicyNames() {
 		t.Run(policy, func(t *testing.T) {
-			rep, err := Lockstep(LockstepConfig{Policy: policy, Seeds: seeds})
+			var first int64
+			if v := os.Getenv("LOCKSTEP_FIRST_SEED"); v != "" { // replays a seed a run reported
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("LOCKSTEP_FIRST_SEED=%q: want a number", v)
+				}
+				first = n
+			}
+			rep, err := Lockstep(LockstepConfig{Policy: policy, Seeds: seeds, FirstSeed: first})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -105,6 +105,7 @@ type simPlugin struct {
 	sockets int
 	faults  Faults
 	listed  bool // the current registration sent a (non-empty-first) list
+	version int  // counts the changes of the plugin's device list
 	added   int  // devices added so far, for fresh IDs
 }
 
@@ -136,6 +137,9 @@ func (f Faults) String() string {
 type conn struct {
 	instance int
 	socket   int // NAME-<socket>.sock
+	// replacedAt is the plugin's list version when another registration became current:
+	// the manager keeps a list a replaced instance sends afterwards for its promotion.
+	replacedAt int
 }
 
 func (p *simPlugin) resource() string { return domain + p.name }
@@ -337,6 +341,11 @@ func (w *world) gc() {
 // connect makes a new registration of the plugin, for the given socket, current and delivers
 // its first list. The registrations already open stay open.
 func (w *world) connect(p *simPlugin, socket int) {
+	for i := range p.open {
+		if p.open[i].instance == w.current[p.resource()] {
+			p.open[i].replacedAt = p.version
+		}
+	}
 	p.instance++
 	p.open = append(p.open, conn{instance: p.instance, socket: socket})
 	w.current[p.resource()] = p.instance
@@ -386,8 +395,11 @@ func (w *world) closeSocket(p *simPlugin, socket int) {
 		}
 		switch d := w.rules.Disconnect(true, others, false); d.Kind {
 		case state.DisconnectPromote:
-			w.current[res] = p.open[d.Promote].instance
-			if p.listed {
+			c := p.open[d.Promote]
+			w.current[res] = c.instance
+			// The manager applies the last list the promoted instance sent while replaced,
+			// if it sent one: every instance lists each change of the devices.
+			if p.listed && p.version > c.replacedAt {
 				w.sendList(p)
 			}
 		case state.DisconnectUnhealthy:
