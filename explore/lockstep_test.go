@@ -81,3 +81,25 @@ func TestLockstepCatchesDivergences(t *testing.T) {
 		})
 	}
 }
+
+// TestLockstepCompletedPod: the script, a pod admitted after another completed on a
+// one-device plugin, ends the same in both drivers under every policy (the completed pod keeps
+// its device, so the second is refused).
+func TestLockstepCompletedPod(t *testing.T) {
+	steps := []Step{
+		{Event: &Event{Kind: "plugin-start", Name: "gpu", Args: []string{"devices=1"}}},
+		{Event: &Event{Kind: "pod-admit", Name: "p1", Args: []string{"gpu=1"}}},
+		{Event: &Event{Kind: "pod-complete", Name: "p1"}},
+		{Event: &Event{Kind: "pod-admit", Name: "p2", Args: []string{"gpu=1"}}},
+		{Event: &Event{Kind: "kubelet-restart"}},
+	}
+	for _, policy := range devicemanager.PolicyNames() {
+		n, d, err := runLockstep(policy, true, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d != nil {
+			t.Errorf("%s: step %d: %v", policy, n, d)
+		}
+	}
+}
