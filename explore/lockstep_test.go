@@ -63,7 +63,7 @@ func TestLockstepCatchesDivergences(t *testing.T) {
 		policy string
 		set    func(on bool)
 	}{
-		{"a completed pod freed and never admitted again", "kubelet-1.36", func(on bool) { legacy.completedFrees = on }},
+		{"a completed pod freed and never admitted again", "kdm", func(on bool) { legacy.completedFrees = on }},
 		{"plugin start on a running plugin adds an instance", "kdm", func(on bool) { legacy.startAdds = on }},
 		{"the deferral wait's own copy", "kdm", func(on bool) { legacy.deferralCopy = on }},
 	} {
