@@ -53,21 +53,21 @@ func (r *Runner) admitAndCrash(name string) ([]string, error) {
 		}
 		return n
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.admit(name) // returns when the admission ends, waits, or after settle
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	for _, in := range insts {
-		had := len(in.Calls().Allocate)
+		had := len(in.Calls().Allocate) // before the admission starts
 		go func() {
 			if in.WaitForCalls(ctx, func(c plugintest.Calls) bool { return len(c.Allocate) > had }) == nil {
 				cancel()
 			}
 		}()
 	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.admit(name) // returns when the admission ends, waits, or after settle
+	}()
 	select {
 	case <-ctx.Done():
 	case <-done:
@@ -77,7 +77,10 @@ func (r *Runner) admitAndCrash(name string) ([]string, error) {
 		return []string{name + ": no Allocate call was made; the manager did not crash"}, nil
 	}
 	out := []string{name + ": the manager crashes while the plugin's Allocate call is in flight"}
-	more, err := r.restart(false)
+	// The admission is abandoned first (its Allocate call is cancelled; as at any restart,
+	// its outcome is not recorded), so that the manager stops with nothing in flight.
+	r.endAdmissions()
 	<-done
+	more, err := r.restart(false)
 	return append(out, more...), err
 }
