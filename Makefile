@@ -10,7 +10,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build install install-files release demo-runtime check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore powercut powercut-kubelet
+.PHONY: all build install install-files release demo-runtime check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore powercut powercut-kubelet lockstep
 
 all: build
 
@@ -186,3 +186,10 @@ demo-runtime:
 
 clean:
 	rm -rf $(BIN)
+
+## lockstep: the lockstep check of the simulator against the real manager (docs/explore.md):
+## LOCKSTEP_SEEDS random runs per policy (default 10,000), each replayed step for step through
+## the real manager over real sockets, comparing what both show after every step.
+LOCKSTEP_SEEDS ?= 10000
+lockstep:
+	LOCKSTEP_SEEDS=$(LOCKSTEP_SEEDS) $(GO) test -count=1 -timeout 0 -run '^TestLockstep$$' -v ./explore/

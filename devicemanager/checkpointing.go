@@ -216,7 +216,7 @@ func (m *Manager) recoverAllocations(why string) error {
 	}
 	entries := m.sources.RecoveredAllocations
 	m.mu.Lock()
-	bad := m.st.Restore(&checkpoint.Data{PodDeviceEntries: entries}, nil, m.cfg.Clock.Now())
+	bad := m.st.Recover(entries, m.cfg.Clock.Now())
 	for _, e := range bad {
 		m.log.Error(nil, "Skipped recovered assignment whose allocation response does not decode",
 			"podUID", e.PodUID, "containerName", e.ContainerName, "resourceName", e.ResourceName)

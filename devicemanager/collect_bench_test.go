@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/internal/checkpoint"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // BenchmarkCollectInactivePods measures the garbage collection of an Allocate on a node

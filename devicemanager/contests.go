@@ -1,6 +1,6 @@
 package devicemanager
 
-import "github.com/kdm-project/kdm/devicemanager/state"
+import "github.com/kdm-project/kdm/internal/state"
 
 // Contest is a device that the restored assignments of more than one pod name: a checkpoint
 // that lists it under two pods, or, when the checkpoint was lost, embedder records

@@ -9,6 +9,8 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // restartedWithCheckpoint runs a manager that allocated a device to pod "old", stops it, and
@@ -96,7 +98,7 @@ func TestDeferredAdmissionTimeout(t *testing.T) {
 	}
 	clk.Step(time.Minute)
 	err := <-done
-	if err == nil || !errors.Is(err, errNoHealthyDevices) || !strings.Contains(err.Error(), "waited 1m0s") {
+	if err == nil || !errors.Is(err, state.ErrNoHealthyDevices) || !strings.Contains(err.Error(), "waited 1m0s") {
 		t.Fatalf("deferral timeout: got %v", err)
 	}
 }

@@ -27,7 +27,7 @@
 //   - Status pages and debugging: Resources, a consistent snapshot of every resource.
 //
 // The device and assignment state itself, and every decision made on it, is the pure core in
-// package devicemanager/state; the Manager feeds it from the plugins and the embedder and acts
+// package internal/state; the Manager feeds it from the plugins and the embedder and acts
 // on its answers.
 //
 // # Behaviour

@@ -17,9 +17,9 @@ import (
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/endpoint"
 	"github.com/kdm-project/kdm/internal/checkpoint"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // ContainerKey names one container of one pod.
@@ -86,11 +86,13 @@ type Manager struct {
 	// pools, running containers, plugin presence. The manager feeds it and acts on its
 	// decisions; it is guarded by mu.
 	st           *state.State
+	rules        state.Rules // the policy's switches the core's decisions read; set by New
 	endpoints    map[string]endpointInfo
 	recovered    map[string]sets.Set[string] // devices restored from RecoveredAllocations, until the plugin's first list
 	startedAt    time.Time                   // when Start ran: opens the unknown-resource window of DeferAdmission
 	sources      Sources
-	deviceChange chan struct{} // closed and replaced whenever endpoints or device sets change
+	deviceChange chan struct{}         // closed and replaced whenever endpoints or device sets change
+	sleepers     map[*sleeper]struct{} // admissions asleep in sleepUntil (AdmissionsAsleep)
 	// restoring is set while a goroutine started by Start restores the checkpoint, holding mu
 	// (restoreConcurrently).
 	restoring atomic.Bool
@@ -163,6 +165,7 @@ func New(cfg Config) (*Manager, error) {
 		updates:    make(chan Update, updateChannelSize),
 		st: state.New(state.Options{KeepCompletedInitDevices: cfg.Policy.KeepCompletedInitDevices,
 			KnowAssignedResources: cfg.Policy.DeferAdmission}),
+		rules:         cfg.Policy.Rules(cfg.GracePeriod),
 		endpoints:     map[string]endpointInfo{},
 		deviceChange:  make(chan struct{}),
 		writeRequests: make(chan struct{}, 1),

@@ -155,7 +155,7 @@ func (m *Manager) watcherRemove(path string, registered map[string]*endpoint.End
 	m.mu.Lock()
 	current := m.endpoints[ep.ResourceName()].ep == ep
 	m.mu.Unlock()
-	if current || m.cfg.Policy.PromoteLiveInstance {
+	if m.rules.WatcherRemoval(current) {
 		m.log.V(2).Info("Device plugin socket removed; disconnecting", "resourceName", ep.ResourceName(), "path", path, "current", current)
 		ep.Stop()
 	}

@@ -8,8 +8,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
-	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/deviceplugin"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 func TestGetContainerDevices(t *testing.T) {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
 	"github.com/kdm-project/kdm/internal/checkpoint"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // RecordDisagreement is one container's resource for which the checkpoint read at Start and

@@ -14,6 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/endpoint"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // supportedVersions are the device-plugin API versions the manager speaks.
@@ -192,7 +193,7 @@ func (m *Manager) connect(ctx context.Context, resource, path, name string) (*en
 		ep.Stop()
 		return nil, socketInUseError(path, owner, resource)
 	}
-	if m.cfg.Policy.RejectSameSocketRegistration && m.connectedOnSocketLocked(resource, path) {
+	if m.rules.Register(m.connectedOnSocketLocked(resource, path)) == state.RegisterRefuseSameSocket {
 		m.mu.Unlock()
 		ep.Stop()
 		return nil, &alreadyConnectedError{socket: name}
@@ -293,24 +294,27 @@ func (m *Manager) forgetReplacedLocked(resource string, ep *endpoint.Endpoint) {
 	m.replaced[resource] = kept
 }
 
-// promoteLocked makes the most recently registered replaced instance of resource that is
-// still connected the current one, for Policy.PromoteLiveInstance, and returns it with the
-// last device list it sent while replaced (nil if it sent none: the resource's devices then
-// stay as they are until it sends one). It returns a nil endpoint when no replaced instance
-// is connected. Callers hold mu.
-func (m *Manager) promoteLocked(resource string) (*endpoint.Endpoint, []*pluginapi.Device) {
+// promoteLocked makes the replaced instance of resource at index i of m.replaced the current
+// one (the core's state.DisconnectPromote), and returns it with the last device list it sent
+// while replaced (nil if it sent none: the resource's devices then stay as they are until it
+// sends one). Callers hold mu.
+func (m *Manager) promoteLocked(resource string, i int) (*endpoint.Endpoint, []*pluginapi.Device) {
+	ep := m.replaced[resource][i]
+	devs := m.replacedLists[ep]
+	m.forgetReplacedLocked(resource, ep)
+	m.endpoints[resource] = endpointInfo{ep: ep, opts: ep.Options()}
+	return ep, devs
+}
+
+// liveReplacedLocked lists, oldest first, whether each replaced instance of resource is
+// still connected: what the core's Disconnect decision reads. Callers hold mu.
+func (m *Manager) liveReplacedLocked(resource string) []bool {
 	kept := m.replaced[resource]
-	for i := len(kept) - 1; i >= 0; i-- {
-		ep := kept[i]
-		if ep.IsStopped() {
-			continue
-		}
-		devs := m.replacedLists[ep]
-		m.forgetReplacedLocked(resource, ep)
-		m.endpoints[resource] = endpointInfo{ep: ep, opts: ep.Options()}
-		return ep, devs
+	out := make([]bool, len(kept))
+	for i, ep := range kept {
+		out[i] = !ep.IsStopped()
 	}
-	return nil, nil
+	return out
 }
 
 // isRunning reports whether Start has succeeded and Stop has not been called.
@@ -334,16 +338,12 @@ func (m *Manager) runEndpoint(ctx context.Context, resource string, ep *endpoint
 	var promotedList []*pluginapi.Device
 	m.mu.Lock()
 	current := m.endpoints[resource].ep == ep
-	switch {
-	case !current:
+	switch d := m.rules.Disconnect(current, m.liveReplacedLocked(resource), ctx.Err() != nil); d.Kind {
+	case state.DisconnectForget:
 		m.forgetReplacedLocked(resource, ep)
-	case m.cfg.Policy.PromoteLiveInstance && ctx.Err() == nil:
-		promoted, promotedList = m.promoteLocked(resource)
-		if promoted == nil {
-			m.markResourceUnhealthyLocked(resource, ep.StopTime())
-		} else {
-			m.signalDeviceChangeLocked()
-		}
+	case state.DisconnectPromote:
+		promoted, promotedList = m.promoteLocked(resource, d.Promote)
+		m.signalDeviceChangeLocked()
 	default:
 		m.markResourceUnhealthyLocked(resource, ep.StopTime())
 	}

@@ -2,7 +2,6 @@ package devicemanager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,135 +9,166 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
-// errNoHealthyDevices marks the failure that deferred admission may wait out.
-var errNoHealthyDevices = state.ErrNoHealthyDevices
-
-// devicesToAllocateWithDeferral is devicesToAllocate, except that with Policy.DeferAdmission a
-// resource known from the checkpoint whose plugin has not registered again is waited for, up to
-// the policy's timeout, instead of failing at once. beforeWait runs before the first wait.
+// devicesToAllocateWithDeferral is devicesToAllocate, except that a refusal the core's
+// deferral decision (state.Rules.Defer) waits out is waited out: the wait's every step
+// (retry, sleep until a deadline on the manager's clock, fail) is the core's decision, the
+// same one the simulator (package explore) carries out. beforeWait runs before the first wait.
 func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string], beforeWait func()) (sets.Set[string], error) {
 	ids, err := m.devicesToAllocate(ctx, pod, container, res, required, reusable)
-	if err == nil || !m.cfg.Policy.DeferAdmission || !errors.Is(err, errNoHealthyDevices) {
+	if err == nil {
+		return ids, nil
+	}
+	m.mu.Lock()
+	d := m.rules.Defer(m.st, res, err, m.cfg.Clock.Now())
+	m.mu.Unlock()
+	if d == nil {
 		return ids, err
 	}
-	timer := m.cfg.Clock.NewTimer(m.cfg.Policy.DeferAdmissionTimeout)
-	defer timer.Stop()
-	notified, wasStopped := false, false
 	m.log.Info("Deferring admission until the device plugin registers", "pod", klog.KObj(pod),
-		"containerName", container, "resourceName", res, "timeout", m.cfg.Policy.DeferAdmissionTimeout)
-
+		"containerName", container, "resourceName", res, "timeout", d.Timeout())
+	notified := false
 	for {
 		m.mu.Lock()
 		changed := m.deviceChange
-		now := m.cfg.Clock.Now()
-		waiting := m.st.AwaitingPlugin(res, now, m.cfg.GracePeriod)
-		graceLeft, stopped := m.st.GraceLeft(res, now, m.cfg.GracePeriod)
+		w := d.Next(m.st, m.cfg.Clock.Now())
 		m.mu.Unlock()
-		wasStopped = wasStopped || stopped
-		if !waiting {
+		switch w.Kind {
+		case state.WaitRetry:
 			ids, err := m.devicesToAllocate(ctx, pod, container, res, required, reusable)
-			if err != nil && wasStopped && m.gracePeriodOver(res) {
-				return nil, fmt.Errorf("%w (the device plugin did not register again within the %v grace period; the resource is removed)", err, m.cfg.GracePeriod)
-			}
+			m.mu.Lock()
+			err = d.Retried(m.st, err, m.cfg.Clock.Now())
+			m.mu.Unlock()
 			return ids, err
+		case state.WaitFail:
+			return nil, w.Err
 		}
 		if !notified {
+			notified = true
 			beforeWait()
 			if m.cfg.OnAdmissionDeferred != nil {
 				m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
 			}
 		}
-		notified = true
-		// The grace period ending removes the resource without any device change: wake up for
-		// it, so the pod is rejected at once rather than at the deferral timeout.
-		var graceEnd <-chan time.Time
-		stopGraceTimer := func() {}
-		if stopped {
-			t := m.cfg.Clock.NewTimer(graceLeft)
-			graceEnd, stopGraceTimer = t.C(), func() { t.Stop() }
+		if err := m.sleepUntil(ctx, changed, w.Until); err != nil {
+			return nil, d.Cancelled(err)
 		}
-		select {
-		case <-changed:
-		case <-graceEnd:
-		case <-timer.C():
-			stopGraceTimer()
-			return nil, fmt.Errorf("%w (waited %v for the device plugin to register)", err, m.cfg.Policy.DeferAdmissionTimeout)
-		case <-ctx.Done():
-			stopGraceTimer()
-			return nil, fmt.Errorf("%w (stopped waiting for the device plugin: %w)", err, ctx.Err())
-		}
-		stopGraceTimer()
 	}
 }
 
-// gracePeriodOver reports whether the resource is gone: removed, or its plugin stopped
-// for longer than the grace period.
-func (m *Manager) gracePeriodOver(res string) bool {
+// sleepUntil waits for a device change or until the manager's clock reaches until, and
+// returns ctx's error if it ends first.
+func (m *Manager) sleepUntil(ctx context.Context, changed <-chan struct{}, until time.Time) error {
+	timer := m.cfg.Clock.NewTimer(until.Sub(m.cfg.Clock.Now()))
+	defer timer.Stop()
+	w := &sleeper{until: until, changed: changed}
+	m.mu.Lock()
+	if m.sleepers == nil {
+		m.sleepers = map[*sleeper]struct{}{}
+	}
+	m.sleepers[w] = struct{}{}
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.sleepers, w)
+		m.mu.Unlock()
+	}()
+	select {
+	case <-changed:
+	case <-timer.C():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// sleeper is one admission asleep in sleepUntil: until when, and the device-change broadcast
+// that wakes it.
+type sleeper struct {
+	until   time.Time
+	changed <-chan struct{}
+}
+
+// AdmissionsAsleep reports how many admissions wait for a device plugin (Policy.DeferAdmission)
+// with nothing to wake them yet: their deadline is ahead on the manager's clock and no device
+// changed since they last looked. A harness that drives the manager step by step on a fake
+// clock (package scenario) waits until every admission it started has finished or is asleep.
+func (m *Manager) AdmissionsAsleep() int {
+	now := m.cfg.Clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.st.GraceOver(res, m.cfg.Clock.Now(), m.cfg.GracePeriod)
+	n := 0
+	for w := range m.sleepers {
+		select {
+		case <-w.changed:
+			continue
+		default:
+		}
+		if now.Before(w.until) {
+			n++
+		}
+	}
+	return n
+}
+
+// NextWake returns the earliest moment on the manager's clock at which an admission asleep
+// waiting for a device plugin looks again without a device change, and false when none
+// sleeps. A harness on a fake clock steps to it, so that each wait ends at its own time.
+func (m *Manager) NextWake() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Time
+	found := false
+	for w := range m.sleepers {
+		if !found || w.until.Before(next) {
+			next, found = w.until, true
+		}
+	}
+	return next, found
 }
 
 // awaitUnknownResource decides what happens to a container asking for a resource no plugin
-// has registered (and no checkpoint names). The kubelet admits it without devices, relying on
-// the scheduler. With Policy.DeferAdmission, a manager that started less than
-// DeferAdmissionTimeout ago waits, until then, for a plugin to register the resource and send
-// its first list, since after a restart or reboot plugins come back in any order; it reports
-// true when the resource is served. Past the window, it admits as the kubelet does, with a
-// warning that names the resource. A container that was running before the restart never
-// waits: it keeps what it has (the restart bypass).
+// has registered (and no checkpoint names), as the core decides it (state.Rules.AwaitUnknown).
+// The kubelet admits it without devices, relying on the scheduler. With Policy.DeferAdmission,
+// a manager that started less than DeferAdmissionTimeout ago waits, until then, for a plugin
+// to register the resource and send its first list, since after a restart or reboot plugins
+// come back in any order; it reports true when the resource is served. Past the window, it
+// admits as the kubelet does, with a warning that names the resource. A container that was
+// running before the restart never waits: it keeps what it has (the restart bypass).
 func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, container, res string) (bool, error) {
 	if !m.cfg.Policy.DeferAdmission {
 		return false, nil
 	}
 	ready := m.sourcesReady()
-	m.mu.Lock()
-	deadline := m.startedAt.Add(m.cfg.Policy.DeferAdmissionTimeout)
-	// A container that ran before the restart keeps what it has (the restart bypass); a
-	// device chosen now could not be the one it uses.
-	running := !ready && m.st.IsContainerAlreadyRunning(string(pod.UID), container)
-	m.mu.Unlock()
-	if running {
-		return false, nil
-	}
-	warn := func() {
-		m.log.Info("Warning: admitting a container without devices of a resource no device plugin has registered",
-			"pod", klog.KObj(pod), "containerName", container, "resourceName", res)
-	}
-	left := deadline.Sub(m.cfg.Clock.Now())
-	if left <= 0 {
-		warn()
-		return false, nil
-	}
-	timer := m.cfg.Clock.NewTimer(left)
-	defer timer.Stop()
 	notified := false
 	for {
 		m.mu.Lock()
 		changed := m.deviceChange
-		served := m.st.IsDevicePluginResource(res) && !m.st.AwaitingPlugin(res, m.cfg.Clock.Now(), m.cfg.GracePeriod)
+		now := m.cfg.Clock.Now()
+		// A container that ran before the restart keeps what it has (the restart bypass); a
+		// device chosen now could not be the one it uses.
+		bypass := !ready && m.st.IsContainerAlreadyRunning(string(pod.UID), container)
+		w := m.rules.AwaitUnknown(m.st, res, m.startedAt, now, bypass)
 		m.mu.Unlock()
-		if served {
-			return true, nil
+		if !w.Wait {
+			if !w.Served && !bypass {
+				m.log.Info("Warning: admitting a container without devices of a resource no device plugin has registered",
+					"pod", klog.KObj(pod), "containerName", container, "resourceName", res)
+			}
+			return w.Served, nil
 		}
 		if !notified {
 			m.log.Info("Deferring admission until a device plugin registers the resource", "pod", klog.KObj(pod),
-				"containerName", container, "resourceName", res, "timeout", left)
+				"containerName", container, "resourceName", res, "timeout", w.Until.Sub(now))
 			if m.cfg.OnAdmissionDeferred != nil {
 				m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
 			}
 			notified = true
 		}
-		select {
-		case <-changed:
-		case <-timer.C():
-			warn()
-			return false, nil
-		case <-ctx.Done():
-			return false, fmt.Errorf("stopped waiting for a device plugin to register %s: %w", res, ctx.Err())
+		if err := m.sleepUntil(ctx, changed, w.Until); err != nil {
+			return false, fmt.Errorf("stopped waiting for a device plugin to register %s: %w", res, err)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // TestConcurrentAdmissionStress: 8 goroutines admit 1,000 pods against 64 devices while pods

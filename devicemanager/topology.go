@@ -1,6 +1,6 @@
 package devicemanager
 
-import "github.com/kdm-project/kdm/devicemanager/state"
+import "github.com/kdm-project/kdm/internal/state"
 
 // TopologyHint is a set of NUMA nodes a container's devices may come from, and whether that
 // set is as small as the resource allows. A nil NUMANodes means "no preference".

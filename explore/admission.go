@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 type waitKind int
@@ -31,10 +32,11 @@ type admission struct {
 	ci      int                   // the container to do next
 	steps   *state.ContainerSteps // the container's allocation; nil until its first step
 
-	wait       waitKind
-	waitRes    string
-	waitUntil  time.Time
-	wasStopped bool
+	wait      waitKind
+	waitRes   string
+	waitUntil time.Time       // waitUnknown: the end of the window
+	deferral  *state.Deferral // waitNoHealthy: the core's wait
+	legacy    *legacyCopy     // waitNoHealthy under legacy.deferralCopy
 }
 
 func (a *admission) container() *simContainer { return &a.pod.containers[a.ci] }
@@ -63,26 +65,47 @@ func (a *admission) picks() []*state.Pick {
 	return a.steps.Picks()
 }
 
-// runnable reports whether the admission can take a step now: it is not waiting, or what it
-// waits for has happened (a device change, its deadline).
+// runnable reports whether the admission can take a step now: it is not waiting, or the
+// core's decision for its wait is no longer to sleep (a device change, its deadline).
 func (w *world) runnable(a *admission) bool {
+	switch {
+	case a.wait == waitNoHealthy && a.legacy != nil:
+		ok, _ := w.legacyWake(a)
+		return ok
+	}
 	switch a.wait {
 	case waitNoHealthy:
-		return !w.now.Before(a.waitUntil) || !w.st.AwaitingPlugin(a.waitRes, w.now, w.grace())
+		return a.deferral.Next(w.st, w.now).Kind != state.WaitSleep
 	case waitUnknown:
-		return !w.now.Before(a.waitUntil) || w.served(a.waitRes)
+		return !w.awaitUnknown(a, a.waitRes).Wait
 	}
 	return true
+}
+
+// wakeAt returns when a waiting admission must look again without a device change.
+func (w *world) wakeAt(a *admission) (time.Time, bool) {
+	switch {
+	case a.wait == waitNoHealthy && a.legacy != nil:
+		_, at := w.legacyWake(a)
+		return at, true
+	}
+	switch a.wait {
+	case waitNoHealthy:
+		if d := a.deferral.Next(w.st, w.now); d.Kind == state.WaitSleep {
+			return d.Until, true
+		}
+	case waitUnknown:
+		if u := w.awaitUnknown(a, a.waitRes); u.Wait {
+			return u.Until, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func (w *world) grace() time.Duration { return gracePeriod }
 
 // gracePeriod is the simulated manager's grace period, the kubelet's.
 const gracePeriod = 5 * time.Minute
-
-func (w *world) served(res string) bool {
-	return w.st.IsDevicePluginResource(res) && !w.st.AwaitingPlugin(res, w.now, w.grace())
-}
 
 // step runs the admission's next simulator step: the container's steps, as the manager runs
 // them, up to the next boundary.
@@ -109,19 +132,21 @@ func (w *world) step(a *admission) {
 		case state.StepPassOver:
 			return
 		case state.StepAwaitUnknown:
-			if a.wait == waitUnknown {
-				a.wait = notWaiting
-				served := w.served(s.Resource)
-				if !served {
-					w.note("%s: no plugin registered %s within the window; admitted without its devices", p.name, s.Resource)
+			u := w.awaitUnknown(a, s.Resource)
+			if u.Wait {
+				if a.wait != waitUnknown {
+					a.wait, a.waitRes, a.waitUntil = waitUnknown, s.Resource, u.Until
+					p.phase = podWaiting
+					w.note("%s waiting for a device plugin to register %s", p.name, s.Resource)
+					w.checkSourcesReady()
 				}
-				a.steps.Served(served, nil)
-				continue
-			}
-			if w.waitForUnknown(a, s.Resource) {
 				return
 			}
-			a.steps.Served(false, nil)
+			if a.wait == waitUnknown && !u.Served {
+				w.note("%s: no plugin registered %s within the window; admitted without its devices", p.name, s.Resource)
+			}
+			a.wait = notWaiting
+			a.steps.Served(u.Served, nil)
 		case state.StepCollect:
 			w.gc()
 		case state.StepSelect:
@@ -146,59 +171,49 @@ func (w *world) step(a *admission) {
 	}
 }
 
-// selectDevices is devicesToAllocateWithDeferral: Select, and with Policy.DeferAdmission a
-// wait for a plugin that is not back yet, up to the deferral timeout. It reports waiting when
-// the admission waits now.
+// selectDevices is devicesToAllocateWithDeferral: Select, and a wait for a plugin that is not
+// back yet, each of its steps as the core decides (state.Rules.Defer, state.Deferral). It
+// reports waiting when the admission waits now.
 func (w *world) selectDevices(a *admission, s state.Step) (ids sets.Set[string], err error, waiting bool) {
 	p, c, res := a.pod, a.container(), s.Resource
-	if a.wait == waitNoHealthy {
-		if w.st.AwaitingPlugin(res, w.now, w.grace()) {
-			if !w.now.Before(a.waitUntil) {
-				return nil, fmt.Errorf("%w; cannot allocate unhealthy devices %s (waited %v for the device plugin to register)",
-					state.ErrNoHealthyDevices, res, w.policy.DeferAdmissionTimeout), false
-			}
-			return nil, nil, true
-		}
-		a.wait = notWaiting
-	}
 	req := state.Request{PodUID: p.uid, Container: c.name, Resource: res, Required: s.Required,
 		Reusable: s.Reusable, SourcesReady: w.sourcesReady}
-	ids, _, err = w.st.Select(req, w.preferred(res))
-	if err != nil {
-		if w.policy.DeferAdmission && errors.Is(err, state.ErrNoHealthyDevices) && w.st.AwaitingPlugin(res, w.now, w.grace()) {
-			a.wait, a.waitRes, a.waitUntil = waitNoHealthy, res, w.now.Add(w.policy.DeferAdmissionTimeout)
-			_, stopped := w.st.GraceLeft(res, w.now, w.grace())
-			a.wasStopped = a.wasStopped || stopped
-			p.phase = podWaiting
-			w.note("%s waiting for its device plugin (deferred admission)", p.name)
+	if legacy.deferralCopy {
+		return w.legacySelect(a, req)
+	}
+	if d := a.deferral; d != nil {
+		switch wt := d.Next(w.st, w.now); wt.Kind {
+		case state.WaitSleep:
 			return nil, nil, true
+		case state.WaitFail:
+			a.wait, a.deferral = notWaiting, nil
+			return nil, wt.Err, false
 		}
-		if a.wasStopped && w.st.GraceOver(res, w.now, w.grace()) {
-			err = fmt.Errorf("%w (the device plugin did not register again within the %v grace period; the resource is removed)", err, w.grace())
-		}
+		a.wait, a.deferral = notWaiting, nil
+		ids, _, err = w.st.Select(req, w.preferred(res))
+		return ids, d.Retried(w.st, err, w.now), false
+	}
+	ids, _, err = w.st.Select(req, w.preferred(res))
+	if err == nil {
+		return ids, nil, false
+	}
+	d := w.rules.Defer(w.st, res, err, w.now)
+	if d == nil {
 		return nil, err, false
 	}
-	return ids, nil, false
+	d.Next(w.st, w.now) // as the manager asks before its first sleep
+	a.wait, a.waitRes, a.deferral = waitNoHealthy, res, d
+	p.phase = podWaiting
+	w.note("%s waiting for its device plugin (deferred admission)", p.name)
+	w.checkSourcesReady()
+	return nil, nil, true
 }
 
-// waitForUnknown is awaitUnknownResource: with DeferAdmission, a container asking for a
-// resource nobody registered waits while the manager is young. It reports whether the
-// admission now waits.
-func (w *world) waitForUnknown(a *admission, res string) bool {
-	if !w.policy.DeferAdmission {
-		return false
-	}
-	if !w.sourcesReady && w.st.IsContainerAlreadyRunning(a.pod.uid, a.container().name) {
-		return false
-	}
-	deadline := w.startedAt.Add(w.policy.DeferAdmissionTimeout)
-	if !w.now.Before(deadline) || w.served(res) {
-		return false
-	}
-	a.wait, a.waitRes, a.waitUntil = waitUnknown, res, deadline
-	a.pod.phase = podWaiting
-	w.note("%s waiting for a device plugin to register %s", a.pod.name, res)
-	return true
+// awaitUnknown is the core's decision for a container asking for a resource no plugin has
+// registered (awaitUnknownResource).
+func (w *world) awaitUnknown(a *admission, res string) state.UnknownWait {
+	bypass := !w.sourcesReady && w.st.IsContainerAlreadyRunning(a.pod.uid, a.container().name)
+	return w.rules.AwaitUnknown(w.st, res, w.startedAt, w.now, bypass)
 }
 
 // preferred is the plugin's GetPreferredAllocation as the manager calls it: only when the
@@ -262,7 +277,7 @@ func (w *world) admitted(a *admission) {
 	p := a.pod
 	before := p.given
 	wasRunning := p.running
-	p.phase, p.running, p.admittedGen, p.reason = podAdmitted, true, w.gen, ""
+	p.phase, p.running, p.admittedGen, p.reason = podAdmitted, !p.completed, w.gen, ""
 	p.given = map[string]map[string]grant{}
 	p.records = nil
 	for _, c := range p.containers {
@@ -306,7 +321,31 @@ func (w *world) reject(a *admission, res, reason string) {
 	}
 	if p.admittedGen != 0 && p.admittedGen < w.gen && heldBefore && !back {
 		w.rejections = append(w.rejections, rejection{pod: p.name, container: a.container().name, regularInit: a.container().regularInit,
-			resource: res, reason: msg, restart: w.restarts[w.gen], reboot: w.rebooted})
+			resource: res, reason: msg, restart: w.restarts[w.gen], reboot: w.rebooted, completed: p.completed})
+	}
+	// A plugin's failed RPC is the plugin's refusal; a device that vanished between the
+	// selection and Allocate fails the pod under every policy (no policy chooses again).
+	if w.needless == nil && !strings.Contains(reason, "rpc error") && !strings.Contains(reason, "is no longer reported by its plugin") {
+		c := a.container()
+		// What the plugin's connected instances list, whichever of them the manager serves.
+		free := sets.New[string]()
+		if sp := w.plugins[strings.TrimPrefix(res, domain)]; sp != nil && sp.alive && len(sp.open) > 0 && sp.listed {
+			for _, d := range sp.devices {
+				if d.Health == pluginapi.Healthy {
+					free.Insert(d.ID)
+				}
+			}
+		}
+		free = free.Difference(w.st.Allocated(res))
+		free.Delete(w.st.ReservedIDs(res)...)
+		// A container that holds devices of res already is refused over those devices'
+		// health (the kubelet's rule, and kdm's), not for want of free ones.
+		_, held := p.given[c.name][res]
+		held = held || w.st.ContainerDevices(p.uid, c.name, res) != nil
+		if !held && c.requests[res] > 0 && free.Len() >= c.requests[res] {
+			w.needless = &Violation{Invariant: NoNeedlessRejection, Detail: fmt.Sprintf("%s was rejected (%s) while its plugin's connected instances list %d free healthy %s devices and %s/%s asks for %d",
+				p.name, msg, free.Len(), res, p.name, c.name, c.requests[res])}
+		}
 	}
 	p.phase, p.running, p.reason = podRejected, false, msg
 	w.note("%s rejected: %s", p.name, msg)

@@ -1,5 +1,5 @@
 // Package explore is a deterministic simulator of a node around the device manager's pure
-// core (package devicemanager/state) and its policies. It searches the interleavings that
+// core (package internal/state) and its policies. It searches the interleavings that
 // matter for restart semantics: pods arriving and leaving, plugins that register, fail,
 // flap, register twice or never come back, manager crashes at every checkpoint write and
 // every plugin call, node reboots, lost checkpoints and the grace period on a simulated

@@ -9,7 +9,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 	"github.com/kdm-project/kdm/scenario"
 )
 
@@ -40,6 +40,12 @@ type Event struct {
 
 	crash bool   // a restart the explorer inserted (a crash), not one of the story's
 	data  []byte // checkpoint-legacy: the file's content
+	// crashAtAllocate (pod-admit): the manager crashes once the pod's first selection is
+	// made, while the plugin's Allocate is in flight (scenario.CrashAtAllocate).
+	crashAtAllocate bool
+	// during (kubelet-restart): the pod whose admission was between its first selection and
+	// the plugin's answer when the manager restarted, as the last run found it; "" for none.
+	during string
 }
 
 // Step is one step of a run: an event, or the next step of pending work inside the manager
@@ -140,6 +146,11 @@ func (w *world) apply(e *Event) {
 			}
 			w.plugins[e.Name] = p
 		}
+		if p.alive && legacy.startAdds {
+			w.connect(p, p.newSocket())
+			w.note("%s: another instance registered", p.resource())
+			return
+		}
 		if p.alive {
 			w.stopPlugin(p)
 		}
@@ -174,7 +185,7 @@ func (w *world) apply(e *Event) {
 		}
 	case "plugin-register-again":
 		if p := w.plugins[e.Name]; p != nil && p.alive && len(p.open) > 0 {
-			if w.policy.RejectSameSocketRegistration {
+			if w.rules.Register(true) == state.RegisterRefuseSameSocket {
 				w.note("%s: the second Register on one socket is refused", p.resource())
 				return
 			}
@@ -192,6 +203,7 @@ func (w *world) apply(e *Event) {
 					d.Health = health
 				}
 			}
+			p.version++
 			if p.listed {
 				w.sendList(p)
 			}
@@ -200,6 +212,7 @@ func (w *world) apply(e *Event) {
 		if p := w.plugins[e.Name]; p != nil {
 			p.added++
 			p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("%s-new%d", p.name, p.added), Health: pluginapi.Healthy})
+			p.version++
 			if p.listed {
 				w.sendList(p)
 			}
@@ -212,6 +225,7 @@ func (w *world) apply(e *Event) {
 					break
 				}
 			}
+			p.version++
 			if p.listed {
 				w.sendList(p)
 			}
@@ -227,42 +241,45 @@ func (w *world) apply(e *Event) {
 		}
 		w.pods[e.Name] = p
 		w.order = append(w.order, e.Name)
-		w.admissions = append(w.admissions, &admission{pod: p})
-	case "pod-delete", "pod-complete":
+		a := &admission{pod: p}
+		w.admissions = append(w.admissions, a)
+		if e.crashAtAllocate {
+			w.crashAtAllocate(a)
+		}
+	case "pod-delete":
 		p := w.pods[e.Name]
-		if p == nil || !p.live() {
+		if p == nil || p.phase == podDeleted {
+			return // a rejected pod's object is deleted too; it held nothing
+		}
+		w.abandonAdmission(p)
+		p.running, p.phase = false, podDeleted
+		w.gc()
+	case "pod-complete":
+		// Only a pod whose containers run can complete (the scenario runner's rule too).
+		p := w.pods[e.Name]
+		if p == nil || !p.live() || p.phase != podAdmitted {
 			return
 		}
-		for _, a := range w.admissions {
-			if a.pod == p {
-				if a.steps != nil {
-					a.steps.Abandon(w.st)
-				}
-				w.removeAdmission(a)
-				break
-			}
-		}
-		p.running = false
-		if e.Kind == "pod-delete" {
+		p.running, p.completed = false, true
+		if !fate(state.PodCompleted).Active {
 			p.phase = podDeleted
-		} else {
-			p.phase = podCompleted
 		}
 		w.gc()
 	case "kubelet-restart":
+		e.during = w.allocating()
 		w.restart(false)
 	case "node-reboot":
 		w.restart(true)
 	case "advance":
 		w.advance(e.Dur)
 	case "checkpoint-corrupt":
-		if w.disk != nil {
-			w.disk, w.diskTampered = w.disk[:len(w.disk)/2], true
+		if b := w.file(); b != nil {
+			w.setFile(b[:len(b)/2])
 		}
 	case "checkpoint-remove":
-		w.disk, w.diskTampered = nil, true
+		w.setFile(nil)
 	case "checkpoint-legacy":
-		w.disk, w.diskTampered = e.data, true
+		w.setFile(e.data)
 	}
 }
 
@@ -287,14 +304,41 @@ func (w *world) advance(d time.Duration) {
 	w.drain()
 }
 
-// drain runs every runnable step, in order, until none is left (bounded).
+// drain runs every runnable step until none is left (bounded): the first pending one each
+// time, or the one w.choose picks.
 func (w *world) drain() {
 	for i := 0; i < 10000; i++ {
 		pending := w.pending()
 		if len(pending) == 0 {
 			return
 		}
-		w.runTask(pending[0])
+		if w.choose == nil {
+			w.runTask(pending[0])
+			continue
+		}
+		w.runContainer(pending[w.choose(len(pending))])
+	}
+}
+
+// runContainer runs the named work; for an admission, up to the end of its current
+// container (its last container: to the end of the admission) or until it waits: the unit
+// whose order the lockstep check chooses.
+func (w *world) runContainer(id string) {
+	var a *admission
+	for _, x := range w.admissions {
+		if "admit "+x.pod.name == id {
+			a = x
+		}
+	}
+	if a == nil {
+		w.runTask(id)
+		return
+	}
+	ci := a.ci
+	for i := 0; i < 100 && w.runTask(id); i++ {
+		if (a.ci != ci && a.ci < len(a.pod.containers)) || !slices.Contains(w.admissions, a) || !w.runnable(a) {
+			return
+		}
 	}
 }
 
@@ -308,12 +352,8 @@ func (w *world) nextTimer() (time.Time, bool) {
 		}
 	}
 	for _, a := range w.admissions {
-		if a.wait == notWaiting {
-			continue
-		}
-		consider(a.waitUntil)
-		if left, away := w.st.GraceLeft(a.waitRes, w.now, w.grace()); away {
-			consider(w.now.Add(left))
+		if t, ok := w.wakeAt(a); ok {
+			consider(t)
 		}
 	}
 	return next, found
@@ -387,7 +427,7 @@ func (w *world) restart(reboot bool) {
 	w.rebooted = reboot
 	w.sourcesReady = false
 	for _, name := range w.order {
-		if p := w.pods[name]; p.live() {
+		if p := w.pods[name]; p.active() && (!p.completed || fate(state.PodCompleted).Readmit) {
 			p.phase = podPending
 			w.admissions = append(w.admissions, &admission{pod: p, readmit: true})
 		}
@@ -403,6 +443,19 @@ func (w *world) restart(reboot bool) {
 		w.note("the manager restarted from the checkpoint; containers keep running")
 	}
 	w.checkSourcesReady()
+}
+
+// abandonAdmission ends the pod's admission in flight, if any, releasing what it reserved.
+func (w *world) abandonAdmission(p *simPod) {
+	for _, a := range w.admissions {
+		if a.pod == p {
+			if a.steps != nil {
+				a.steps.Abandon(w.st)
+			}
+			w.removeAdmission(a)
+			return
+		}
+	}
 }
 
 func sortedPlugins(m map[string]*simPlugin) []string { return state.SortedKeys(m) }
@@ -427,4 +480,36 @@ func parsePod(name string, args []string) (*simPod, error) {
 	}
 	p.containers = append(inits, apps...)
 	return p, nil
+}
+
+// crashAtAllocate runs the admission up to its first selection of devices and crashes the
+// manager there, before the plugin's Allocate answers (scenario.CrashAtAllocate). An
+// admission that ends or waits first is left as it is.
+func (w *world) crashAtAllocate(a *admission) {
+	for i := 0; i < 100 && slices.Contains(w.admissions, a) && w.runnable(a); i++ {
+		if w.allocating() == a.pod.name {
+			w.note("%s: the manager crashes while the plugin's Allocate call is in flight", a.pod.name)
+			w.restart(false)
+			return
+		}
+		w.step(a)
+	}
+}
+
+// allocating names the pod whose admission is in its first container, between a selection
+// and the plugin's answer, while no other admission holds anything: the moment
+// `pod admit ... crash=allocate` crashes at. "" when there is none.
+func (w *world) allocating() string {
+	var out string
+	for _, a := range w.admissions {
+		picks := a.picks()
+		if len(picks) == 0 {
+			continue
+		}
+		if out != "" || a.ci != 0 || picks[len(picks)-1].Response != nil {
+			return ""
+		}
+		out = a.pod.name
+	}
+	return out
 }

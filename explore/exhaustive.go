@@ -64,6 +64,17 @@ func ParseStory(path string) ([]*Event, error) {
 			e = &Event{Kind: "device-" + arg(0), Name: arg(1), Args: []string{arg(2)}}
 		case "pod admit", "pod delete", "pod complete":
 			e = &Event{Kind: "pod-" + arg(0), Name: arg(1), Args: d.Args[min(2, len(d.Args)):]}
+			if arg(0) == "admit" {
+				var kept []string
+				for _, a := range e.Args {
+					if a == scenario.CrashAtAllocate {
+						e.crashAtAllocate = true
+						continue
+					}
+					kept = append(kept, a)
+				}
+				e.Args = kept
+			}
 			if arg(1) == "" {
 				return nil, fmt.Errorf("%s:%d: %s %s needs a pod name", path, d.Line, d.Cmd, arg(0))
 			}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/kdm-project/kdm/devicemanager"
@@ -198,8 +199,9 @@ func replay(policy devicemanager.Policy, records bool, steps []Step) *Violation 
 	return nil
 }
 
-// shrink removes steps, and plugin faults, for as long as the run still breaks the same
-// class of invariant: the result is a run in which every step matters.
+// shrink removes steps, pods' containers and requests, and plugin faults, for as long as the
+// run still breaks the same class of invariant: the result is a run in which every step,
+// container and device asked for matters.
 func shrink(policy devicemanager.Policy, records bool, steps []Step, class string) []Step {
 	fails := func(c []Step) bool {
 		v := replay(policy, records, c)
@@ -227,6 +229,7 @@ func shrink(policy devicemanager.Policy, records bool, steps []Step, class strin
 			steps = cand
 		}
 	}
+	steps = shrinkPods(steps, fails)
 	for i, s := range steps {
 		if s.Event == nil || s.Event.Faults == (Faults{}) {
 			continue
@@ -237,6 +240,50 @@ func shrink(policy devicemanager.Policy, records bool, steps []Step, class strin
 		cand[i] = Step{Event: &e}
 		if fails(cand) {
 			steps = cand
+		}
+	}
+	return steps
+}
+
+// shrinkPods removes the containers of admitted pods (each container asks for one resource:
+// removing it removes that request) and lowers the counts they ask for, for as long as
+// fails holds.
+func shrinkPods(steps []Step, fails func([]Step) bool) []Step {
+	with := func(i int, args []string) []Step {
+		e := *steps[i].Event
+		e.Args = args
+		cand := append([]Step(nil), steps...)
+		cand[i] = Step{Event: &e}
+		return cand
+	}
+	for i := range steps {
+		if e := steps[i].Event; e == nil || e.Kind != "pod-admit" {
+			continue
+		}
+		for j := 0; j < len(steps[i].Event.Args) && len(steps[i].Event.Args) > 1; {
+			args := steps[i].Event.Args
+			cand := with(i, append(append([]string(nil), args[:j]...), args[j+1:]...))
+			if fails(cand) {
+				steps = cand
+				continue
+			}
+			j++
+		}
+		// A container that must stay (a pod needs an app container) can still drop its
+		// request (count 0), or ask for one device.
+		for j, a := range steps[i].Event.Args {
+			k := strings.LastIndexAny(a, ":=")
+			if k < 0 || a[k+1:] == "0" {
+				continue
+			}
+			for _, n := range []string{"0", "1"} {
+				args := append([]string(nil), steps[i].Event.Args...)
+				args[j] = a[:k+1] + n
+				if cand := with(i, args); args[j] != a && fails(cand) {
+					steps = cand
+					break
+				}
+			}
 		}
 	}
 	return steps

@@ -8,7 +8,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // Invariant names a property checked after every step.
@@ -36,6 +36,15 @@ const (
 	RunOptionsFromPlugin Invariant = "run-options"
 	// NoReservationLeak: no device stays reserved when no allocation is in flight.
 	NoReservationLeak Invariant = "reservation-leak"
+	// NoNeedlessRejection: no pod is rejected for a resource while a connected plugin
+	// lists enough free healthy devices of it (the manager's own refusal, not a plugin's
+	// failed RPC).
+	NoNeedlessRejection Invariant = "needless-rejection"
+	// DeletedPodFreed: once the pod sources are ready, a deleted pod holds no device.
+	DeletedPodFreed Invariant = "deleted-pod-holds-devices"
+	// DeferralEnds: every admission waiting for a plugin has a deadline ahead, within the
+	// deferral timeout, so it ends.
+	DeferralEnds Invariant = "endless-deferral"
 )
 
 // Violation is a broken invariant, with what broke it.
@@ -55,7 +64,8 @@ func (w *world) check() *Violation {
 		return classified(v)
 	}
 	for _, f := range []func() *Violation{w.checkShared, w.checkAssignments, w.checkRejections,
-		w.checkCheckpoint, w.checkCapacity, w.checkRunOptions, w.checkReservations} {
+		w.checkNeedless, w.checkCheckpoint, w.checkCapacity, w.checkRunOptions, w.checkReservations,
+		w.checkDeletedFreed, w.checkDeferralsEnd} {
 		if v := f(); v != nil {
 			return classified(v)
 		}
@@ -73,16 +83,25 @@ func classified(v *Violation) *Violation {
 func (w *world) checkShared() *Violation {
 	type holder struct{ pod, container string }
 	owners := map[string]map[string][]holder{} // resource → device → holders
+	// A contested device (restored records of several pods name it, state.Contest) is held
+	// by every claimant on purpose and given to no other pod.
+	contested := map[string]bool{}
+	for _, c := range w.st.Contests() {
+		contested[c.Resource+"/"+c.DeviceID] = true
+	}
 	var v *Violation
 	w.st.EachAllocation(func(uid, ctr, res string, a *state.Allocation) {
 		p := w.podByUID(uid)
-		if v != nil || p == nil || !p.live() {
+		if v != nil || p == nil || !p.active() {
 			return
 		}
 		if owners[res] == nil {
 			owners[res] = map[string][]holder{}
 		}
 		for id := range a.IDs() {
+			if contested[res+"/"+id] {
+				continue
+			}
 			for _, h := range owners[res][id] {
 				if h.pod == p.name && (w.isRegularInit(p, h.container) || w.isRegularInit(p, ctr)) {
 					continue
@@ -144,6 +163,8 @@ func (w *world) checkRejections() *Violation {
 			v := &Violation{Invariant: NoRejectionAfterRestart, Detail: fmt.Sprintf("%s was admitted before the restart and rejected at its re-admission (%s); its plugin was back %v after the restart",
 				r.pod, r.reason, w.now.Sub(r.restart))}
 			switch {
+			case r.completed:
+				v.Class = string(NoRejectionAfterRestart) + " (kubernetes #117955: a completed pod admitted again after a restart)"
 			case r.regularInit && !r.reboot:
 				v.Class = string(NoRejectionAfterRestart) + " (kubernetes #138446: a completed init container checked again after a kubelet restart)"
 			case strings.Contains(r.reason, "cannot allocate unregistered device"):
@@ -165,12 +186,20 @@ func (w *world) pluginBackWith(res string, ids sets.Set[string]) bool {
 }
 
 func (w *world) checkCheckpoint() *Violation {
-	if w.diskTampered || w.disk == nil {
+	if w.diskTampered || (w.disk == nil && w.written == nil) {
 		return nil
 	}
-	data, layout, err := checkpoint.Decode(w.disk)
-	if err != nil || layout != checkpoint.LayoutV2 {
-		return &Violation{Invariant: CheckpointRestores, Detail: fmt.Sprintf("the checkpoint does not decode: layout %v, %v", layout, err)}
+	var data *checkpoint.Data
+	if w.written != nil {
+		// Written since the file was last read: its content, without the encoding and
+		// decoding (package checkpoint's tests hold those to the kubelet's format).
+		data = w.written.Data()
+	} else {
+		d, layout, err := checkpoint.Decode(w.disk)
+		if err != nil || layout != checkpoint.LayoutV2 {
+			return &Violation{Invariant: CheckpointRestores, Detail: fmt.Sprintf("the checkpoint does not decode: layout %v, %v", layout, err)}
+		}
+		data = d
 	}
 	if w.busy() {
 		return nil
@@ -199,9 +228,10 @@ func (w *world) checkCapacity() *Violation {
 		}
 		ps := w.st.Plugin(res)
 		p := w.pluginServing(res)
-		if !ps.Connected {
+		if !ps.Connected || p == nil {
+			// Disconnected, or connected to an instance no live plugin process serves.
 			if healthy.Len() > 0 {
-				return &Violation{Invariant: CapacityMatchesPlugins, Detail: fmt.Sprintf("%s has no plugin but %d allocatable devices", res, healthy.Len())}
+				return &Violation{Invariant: CapacityMatchesPlugins, Detail: fmt.Sprintf("%s has no live plugin (connected: %v) but %d allocatable devices", res, ps.Connected, healthy.Len())}
 			}
 			continue
 		}
@@ -243,6 +273,35 @@ func (w *world) checkRunOptions() *Violation {
 func (w *world) checkReservations() *Violation {
 	if !w.busy() && w.st.Reservations() > 0 {
 		return &Violation{Invariant: NoReservationLeak, Detail: fmt.Sprintf("%d devices reserved with no allocation in flight", w.st.Reservations())}
+	}
+	return nil
+}
+
+// checkNeedless reports a rejection recorded as needless (see reject).
+func (w *world) checkNeedless() *Violation { return w.needless }
+
+func (w *world) checkDeletedFreed() *Violation {
+	if !w.sourcesReady {
+		return nil
+	}
+	for _, name := range w.order {
+		if p := w.pods[name]; p.phase == podDeleted && w.st.HasPod(p.uid) {
+			return &Violation{Invariant: DeletedPodFreed, Detail: fmt.Sprintf("deleted %s still holds devices once the pod sources are ready", name)}
+		}
+	}
+	return nil
+}
+
+func (w *world) checkDeferralsEnd() *Violation {
+	for _, a := range w.admissions {
+		if a.wait == notWaiting || w.runnable(a) {
+			continue
+		}
+		at, ok := w.wakeAt(a)
+		if !ok || !at.After(w.now) || at.After(w.now.Add(w.policy.DeferAdmissionTimeout)) {
+			return &Violation{Invariant: DeferralEnds, Detail: fmt.Sprintf("%s waits for %s with no deadline within %v (next look: %v, %v)",
+				a.pod.name, a.waitRes, w.policy.DeferAdmissionTimeout, ok, at.Sub(w.now))}
+		}
 	}
 	return nil
 }

@@ -2,13 +2,14 @@ package explore
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 func policyOf(tb testing.TB, name string) devicemanager.Policy {
@@ -54,9 +55,10 @@ func TestInvariantsCatchBreakage(t *testing.T) {
 		{"rejected though its plugin is back", NoRejectionAfterRestart, func(w *world) {
 			w.rejections = append(w.rejections, rejection{pod: "p1", resource: "example.com/gpu", restart: w.now})
 		}},
-		{"checkpoint torn", CheckpointRestores, func(w *world) { w.disk = w.disk[:len(w.disk)-3] }},
+		{"checkpoint torn", CheckpointRestores, func(w *world) { b := w.file(); w.disk = b[:len(b)-3] }},
 		{"checkpoint behind", CheckpointRestores, func(w *world) {
 			b, _ := checkpoint.Encode(&checkpoint.Data{RegisteredDevices: map[string][]string{}})
+			w.file()
 			w.disk = b
 		}},
 		{"list out of step with the plugin", CapacityMatchesPlugins, func(w *world) {
@@ -65,6 +67,25 @@ func TestInvariantsCatchBreakage(t *testing.T) {
 		{"answer swapped", RunOptionsFromPlugin, func(w *world) {
 			w.st.Commit("uid-p1", "app-0", "example.com/gpu", nil, checkpoint.DevicesPerNUMA{-1: {"gpu-0"}},
 				&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"KDM_DEVICES": "gpu-3"}})
+		}},
+		{"connected to no live plugin", CapacityMatchesPlugins, func(w *world) {
+			w.plugins["gpu"].alive = false // the process died; the manager never saw the stream end
+		}},
+		{"rejected with free devices listed", NoNeedlessRejection, func(w *world) {
+			w.apply(&Event{Kind: "pod-admit", Name: "p3", Args: []string{"gpu=1"}})
+			w.reject(w.admissions[0], "example.com/gpu", "injected refusal")
+		}},
+		{"deleted pod keeps its devices", DeletedPodFreed, func(w *world) {
+			w.pods["p1"].phase = podDeleted // without the collection that follows a deletion
+		}},
+		{"deferral past its timeout", DeferralEnds, func(w *world) {
+			w.apply(&Event{Kind: "plugin-stop", Name: "gpu"})
+			w.apply(&Event{Kind: "pod-admit", Name: "p3", Args: []string{"gpu=1"}})
+			r := w.rules
+			r.DeferAdmissionTimeout = 24 * time.Hour // a wait the policy does not bound
+			a := w.admissions[0]
+			a.wait, a.waitRes = waitNoHealthy, "example.com/gpu"
+			a.deferral = r.Defer(w.st, a.waitRes, state.ErrNoHealthyDevices, w.now)
 		}},
 		{"reservation left", NoReservationLeak, func(w *world) {
 			w.st.Select(state.Request{PodUID: "x", Container: "c", Resource: "example.com/gpu", Required: 1, SourcesReady: true},

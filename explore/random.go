@@ -5,13 +5,16 @@ import (
 	"math/rand"
 	"time"
 
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // generator draws the events of a random run from a seeded source.
 type generator struct {
 	rng  *rand.Rand
 	pods int
+	// lockstep draws only what the scenario language can say: no plugin faults, no device
+	// appearing or vanishing, no removed checkpoint.
+	lockstep bool
 }
 
 var pluginNames = []string{"gpu", "nic"}
@@ -32,20 +35,24 @@ func (g *generator) event(w *world) *Event {
 			g.pods++
 			return &Event{Kind: "pod-admit", Name: fmt.Sprintf("p%d", g.pods), Args: g.podSpec(w)}
 		case r < 30 && len(live) > 0:
-			kind := "pod-delete"
-			if g.rng.Intn(2) == 0 {
-				kind = "pod-complete"
+			name := live[g.rng.Intn(len(live))]
+			if p := w.pods[name]; g.rng.Intn(2) == 0 && p.live() && p.phase == podAdmitted {
+				return &Event{Kind: "pod-complete", Name: name}
 			}
-			return &Event{Kind: kind, Name: live[g.rng.Intn(len(live))]}
+			return &Event{Kind: "pod-delete", Name: name}
 		case r < 40:
 			name := pluginNames[g.rng.Intn(len(pluginNames))]
 			if p := w.plugins[name]; p != nil {
-				if p.alive {
+				if p.alive && g.rng.Intn(4) > 0 {
 					return &Event{Kind: "plugin-stop", Name: name}
 				}
-				return &Event{Kind: "plugin-start", Name: name}
+				return &Event{Kind: "plugin-start", Name: name} // a running plugin restarts
 			}
-			return &Event{Kind: "plugin-start", Name: name, Args: []string{fmt.Sprintf("devices=%d", 2+g.rng.Intn(3))}, Faults: g.faults()}
+			var f Faults
+			if !g.lockstep {
+				f = g.faults()
+			}
+			return &Event{Kind: "plugin-start", Name: name, Args: []string{fmt.Sprintf("devices=%d", 2+g.rng.Intn(3))}, Faults: f}
 		case r < 41:
 			if p := g.alivePlugin(w); p != nil {
 				return &Event{Kind: "plugin-rolling-update", Name: p.name}
@@ -76,7 +83,7 @@ func (g *generator) event(w *world) *Event {
 				return &Event{Kind: kind, Name: p.name, Args: []string{d.ID}}
 			}
 		case r < 58:
-			if p := g.alivePlugin(w); p != nil {
+			if p := g.alivePlugin(w); p != nil && !g.lockstep {
 				if g.rng.Intn(2) == 0 || len(p.devices) == 0 {
 					return &Event{Kind: "device-add", Name: p.name}
 				}
@@ -92,7 +99,9 @@ func (g *generator) event(w *world) *Event {
 		case r < 96:
 			return &Event{Kind: "checkpoint-corrupt"}
 		default:
-			return &Event{Kind: "checkpoint-remove"}
+			if !g.lockstep {
+				return &Event{Kind: "checkpoint-remove"}
+			}
 		}
 	}
 }
@@ -147,10 +156,11 @@ func (g *generator) podSpec(w *world) []string {
 	return []string{fmt.Sprintf("%s=%d", res(), n())}
 }
 
+// livePods are the pods in the pod source (completed ones included), in arrival order.
 func (w *world) livePods() []string {
 	var out []string
 	for _, name := range w.order {
-		if w.pods[name].live() {
+		if w.pods[name].active() {
 			out = append(out, name)
 		}
 	}

@@ -3,6 +3,8 @@ package explore
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kdm-project/kdm/scenario"
 )
 
 // Script prints steps in the scenario language (package scenario): one command per event,
@@ -17,7 +19,11 @@ func Script(steps []Step, origin string, v *Violation) string {
 		fmt.Fprintf(&b, "# Violation: %s\n", v.Error())
 	}
 	b.WriteString("\nkubelet start\n----\n\n")
-	for _, s := range steps {
+	crashes := crashedAdmissions(steps)
+	for i, s := range steps {
+		if crashes[i] == -1 {
+			continue // written as the admission's crash=allocate
+		}
 		if s.Event == nil {
 			if !strings.HasPrefix(s.Task, "admit ") && s.Task != "drain" {
 				fmt.Fprintf(&b, "# explore: %s\n\n", s.Task)
@@ -25,6 +31,10 @@ func Script(steps []Step, origin string, v *Violation) string {
 			continue
 		}
 		line, comment := s.Event.scenarioLine()
+		if crashes[i] == 1 {
+			line += " " + scenario.CrashAtAllocate
+			comment = strings.TrimPrefix(strings.TrimSpace(comment+"; the manager crashes while its Allocate call is in flight"), "; ")
+		}
 		if comment != "" {
 			fmt.Fprintf(&b, "# explore: %s\n", comment)
 		}
@@ -67,6 +77,9 @@ func (e *Event) scenarioLine() (line, comment string) {
 		comment = "the " + e.Name + " plugin stops listing " + strings.Join(e.Args, " ")
 	case "pod-admit":
 		line = "pod admit " + e.Name + " " + strings.Join(e.Args, " ")
+		if e.crashAtAllocate {
+			line += " " + scenario.CrashAtAllocate
+		}
 	case "pod-delete":
 		line = "pod delete " + e.Name
 	case "pod-complete":
@@ -88,4 +101,32 @@ func (e *Event) scenarioLine() (line, comment string) {
 		line = "checkpoint legacy-v1 " + strings.Join(e.Args, " ")
 	}
 	return line, comment
+}
+
+// crashedAdmissions finds the restarts that crashed the manager in the middle of an
+// admission, between its first selection and the plugin's answer, with nothing but that
+// admission's own work since its pod arrived: marked 1 at the pod's admission (written with
+// crash=allocate) and -1 at the restart (left out). Restarts elsewhere stay as they are.
+func crashedAdmissions(steps []Step) map[int]int {
+	out := map[int]int{}
+	for i, s := range steps {
+		if s.Event == nil || s.Event.Kind != "kubelet-restart" || s.Event.during == "" {
+			continue
+		}
+		pod := s.Event.during
+		for j := i - 1; j >= 0; j-- {
+			e := steps[j].Event
+			if e == nil {
+				if steps[j].Task != "admit "+pod {
+					break
+				}
+				continue
+			}
+			if e.Kind == "pod-admit" && e.Name == pod && !e.crashAtAllocate {
+				out[j], out[i] = 1, -1
+			}
+			break
+		}
+	}
+	return out
 }

@@ -12,7 +12,8 @@ import (
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
-	"github.com/kdm-project/kdm/devicemanager/state"
+	icheckpoint "github.com/kdm-project/kdm/internal/checkpoint"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // domain is how the scenario language names resources: plugin "gpu" serves example.com/gpu.
@@ -29,11 +30,10 @@ const (
 	podAdmitted                 // admitted; its containers run unless completed or rebooted
 	podRejected
 	podDeleted
-	podCompleted
 )
 
 func (p podPhase) String() string {
-	return [...]string{"pending", "waiting", "admitted", "rejected", "deleted", "completed"}[p]
+	return [...]string{"pending", "waiting", "admitted", "rejected", "deleted"}[p]
 }
 
 // simContainer is one container of a simulated pod, with its device requests.
@@ -50,6 +50,9 @@ type simPod struct {
 	containers []simContainer
 	phase      podPhase
 	running    bool
+	// completed: its containers exited. What that means (state.Fate): the pod stays in the
+	// pod source with its devices, and a restart admits it again; it never runs again.
+	completed bool
 	// admittedGen is the manager generation that last admitted the pod (0: never).
 	admittedGen int
 	// given records, per container and resource, the devices and the plugin's answer the
@@ -78,9 +81,14 @@ func (p *simPod) heldOf(res string) sets.Set[string] {
 	return out
 }
 
-func (p *simPod) live() bool {
-	return p.phase != podDeleted && p.phase != podCompleted && p.phase != podRejected
+// active reports whether the pod is among the pod source's active pods: neither deleted nor
+// rejected (a completed pod stays, state.Fate).
+func (p *simPod) active() bool {
+	return p.phase != podDeleted && p.phase != podRejected
 }
+
+// live reports whether the pod is active and its containers have not completed.
+func (p *simPod) live() bool { return p.active() && !p.completed }
 
 // simPlugin is a simulated device plugin process.
 type simPlugin struct {
@@ -97,6 +105,7 @@ type simPlugin struct {
 	sockets int
 	faults  Faults
 	listed  bool // the current registration sent a (non-empty-first) list
+	version int  // counts the changes of the plugin's device list
 	added   int  // devices added so far, for fresh IDs
 }
 
@@ -128,6 +137,9 @@ func (f Faults) String() string {
 type conn struct {
 	instance int
 	socket   int // NAME-<socket>.sock
+	// replacedAt is the plugin's list version when another registration became current:
+	// the manager keeps a list a replaced instance sends afterwards for its promotion.
+	replacedAt int
 }
 
 func (p *simPlugin) resource() string { return domain + p.name }
@@ -157,17 +169,22 @@ func (p *simPlugin) list() []*pluginapi.Device {
 // world is the simulated node: the manager, its disk, the plugins, the pods and the clock.
 type world struct {
 	policy  devicemanager.Policy
-	records bool // the embedder keeps its own records (Sources.RecoveredAllocations)
-	now     time.Time
-	gen     int // manager generation: increments at each (re)start
-	st      *state.State
+	rules   state.Rules // the policy's switches, as the core's decisions read them
+	records bool        // the embedder keeps its own records (Sources.RecoveredAllocations)
+	// quarantine: a corrupt checkpoint is moved aside at start (Config.QuarantineCorruptCheckpoint,
+	// off where a kubelet's policy is replayed).
+	quarantine bool
+	now        time.Time
+	gen        int // manager generation: increments at each (re)start
+	st         *state.State
 	// current is, per resource, the plugin instance the manager serves; 0 for none.
 	current      map[string]int
 	startedAt    time.Time
 	sourcesReady bool
 
-	disk         []byte // the durable checkpoint file; nil when absent
-	diskTampered bool   // an event damaged the file on purpose; checked again after the next write
+	disk         []byte                // the durable checkpoint file; nil when absent
+	written      *icheckpoint.Prepared // the last write, not encoded yet: the file's content when set
+	diskTampered bool                  // an event damaged the file on purpose; checked again after the next write
 	writes       int
 
 	plugins map[string]*simPlugin
@@ -186,22 +203,29 @@ type world struct {
 	// late is a violation found inside a step (a re-admission that changed a running
 	// container's devices), reported by the next check.
 	late *Violation
+	// needless is a rejection made while the resource's connected plugin listed enough free
+	// healthy devices (NoNeedlessRejection), reported by the next check.
+	needless *Violation
 	// notes are the human-readable lines of what the last step did.
 	notes []string
+	// choose, when set, picks which of n pending steps drain runs next (the lockstep check
+	// tries the orders in which the manager's concurrent admissions may run).
+	choose func(n int) int
 }
 
 type rejection struct {
 	pod, container, resource, reason string
-	regularInit                      bool
+	regularInit, completed           bool
 	restart                          time.Time
 	reboot                           bool
 }
 
 func newWorld(policy devicemanager.Policy, records bool) *world {
+	quarantine := !policy.IsKubelet()
 	if policy.DeferAdmissionTimeout == 0 {
 		policy.DeferAdmissionTimeout = devicemanager.DefaultDeferAdmissionTimeout
 	}
-	w := &world{policy: policy, records: records, now: origin, plugins: map[string]*simPlugin{},
+	w := &world{policy: policy, quarantine: quarantine, rules: policy.Rules(gracePeriod), records: records, now: origin, plugins: map[string]*simPlugin{},
 		pods: map[string]*simPod{}, restarts: map[int]time.Time{}}
 	w.startManager(nil)
 	w.sourcesReady = true
@@ -232,9 +256,15 @@ func (w *world) startManager(running []state.ContainerKey) {
 	w.st.SetRunning(running)
 	var data *checkpoint.Data
 	usable := false
-	if w.disk != nil {
-		if d, layout, err := checkpoint.Decode(w.disk); err == nil && (layout == checkpoint.LayoutV2 || w.policy.ReadLegacyCheckpoint) {
+	if b := w.file(); b != nil {
+		d, layout, err := checkpoint.Decode(b)
+		switch {
+		case err == nil && (layout == checkpoint.LayoutV2 || w.policy.ReadLegacyCheckpoint):
 			data, usable = d, true
+		case err != nil && w.quarantine:
+			// kdm's manager moves a corrupt file aside (Config.QuarantineCorruptCheckpoint,
+			// on wherever the kubelet's policy is not replayed).
+			w.disk = nil
 		}
 	}
 	if usable {
@@ -246,38 +276,52 @@ func (w *world) startManager(running []state.ContainerKey) {
 	}
 	var recs []checkpoint.PodDevicesEntry
 	for _, name := range w.order {
-		if p := w.pods[name]; p.live() {
+		if p := w.pods[name]; p.active() {
 			recs = append(recs, p.records...)
 		}
 	}
 	if len(recs) == 0 {
 		return
 	}
-	keep, _ := state.DropConflictingEntries(recs)
-	w.st.Restore(&checkpoint.Data{PodDeviceEntries: keep}, nil, w.now)
-	for _, res := range w.st.AllocatedResources() {
-		w.st.AddRestored(res, w.now)
+	if legacy.dropConflicts {
+		recs, _ = state.DropConflictingEntries(recs)
 	}
+	w.st.Recover(recs, w.now)
 	w.writeCheckpoint()
 }
 
 // writeCheckpoint is a durable write of the current state (temp file, fsync, rename,
 // directory fsync): a crash leaves the old file or the new one, never a torn one.
 func (w *world) writeCheckpoint() {
-	b, err := checkpoint.Encode(w.st.Prepared().Data())
-	if err != nil {
-		w.note("checkpoint encoding failed: %v", err)
-		return
-	}
-	w.disk, w.diskTampered = b, false
+	w.written, w.diskTampered = w.st.Prepared(), false
 	w.writes++
+}
+
+// file returns the checkpoint file's bytes, nil when there is none. A write is encoded only
+// when its bytes are needed (a restart reads them, an event damages them).
+func (w *world) file() []byte {
+	if w.written != nil {
+		b, err := checkpoint.Encode(w.written.Data())
+		if err != nil {
+			w.note("checkpoint encoding failed: %v", err)
+			b = w.disk
+		}
+		w.disk, w.written = b, nil
+	}
+	return w.disk
+}
+
+// setFile replaces the checkpoint file's bytes (nil: removes it), as an event that damages
+// it does: the invariant checks the file again after the next write.
+func (w *world) setFile(b []byte) {
+	w.disk, w.written, w.diskTampered = b, nil, true
 }
 
 // activePods are the UIDs the pod source reports active: neither terminated nor removed.
 func (w *world) activePods() sets.Set[string] {
 	out := sets.New[string]()
 	for _, p := range w.pods {
-		if p.live() {
+		if p.active() {
 			out.Insert(p.uid)
 		}
 	}
@@ -297,6 +341,11 @@ func (w *world) gc() {
 // connect makes a new registration of the plugin, for the given socket, current and delivers
 // its first list. The registrations already open stay open.
 func (w *world) connect(p *simPlugin, socket int) {
+	for i := range p.open {
+		if p.open[i].instance == w.current[p.resource()] {
+			p.open[i].replacedAt = p.version
+		}
+	}
 	p.instance++
 	p.open = append(p.open, conn{instance: p.instance, socket: socket})
 	w.current[p.resource()] = p.instance
@@ -304,6 +353,7 @@ func (w *world) connect(p *simPlugin, socket int) {
 	p.listed = false
 	if p.faults.EmptyFirstList {
 		w.st.ApplyDeviceList(p.resource(), nil)
+		w.writeCheckpoint()
 		w.tasks = append(w.tasks, task{kind: taskList, plugin: p.name, instance: p.instance})
 	} else {
 		w.sendList(p)
@@ -317,34 +367,45 @@ func (p *simPlugin) newSocket() int {
 }
 
 // sendList delivers the plugin's current list if one of its open registrations is the
-// resource's current one (every process of the plugin lists the same devices).
+// resource's current one (every process of the plugin lists the same devices), and writes
+// the checkpoint, as the manager does after every list.
 func (w *world) sendList(p *simPlugin) {
 	if !p.alive || !p.isOpen(w.current[p.resource()]) {
 		return
 	}
 	w.st.ApplyDeviceList(p.resource(), p.list())
 	p.listed = true
+	w.writeCheckpoint() // as the manager writes after every list
 }
 
 // closeSocket ends the streams of the plugin's registrations on socket (0: every socket),
-// as the process serving it exits. If the current registration was among them, then under
-// Policy.PromoteLiveInstance the most recent registration still open becomes current and the
-// plugin's list applies; otherwise the resource disconnects. With no registration left
+// as the process serving it exits. If the current registration was among them, the core's
+// Disconnect decision says what follows: another registration still open becomes current and
+// the plugin's list applies, or the resource disconnects. With no registration left
 // open, the plugin is down.
 func (w *world) closeSocket(p *simPlugin, socket int) {
 	res := p.resource()
 	wasCurrent := p.isOpen(w.current[res])
 	p.open = slices.DeleteFunc(p.open, func(c conn) bool { return socket == 0 || c.socket == socket })
-	switch {
-	case wasCurrent && p.isOpen(w.current[res]):
-	case wasCurrent && w.policy.PromoteLiveInstance && len(p.open) > 0:
-		w.current[res] = p.open[len(p.open)-1].instance
-		if p.listed {
-			w.sendList(p)
+	if wasCurrent && !p.isOpen(w.current[res]) {
+		// Every instance still open is connected: the core decides between them.
+		others := make([]bool, len(p.open))
+		for i := range others {
+			others[i] = true
 		}
-	case wasCurrent:
-		w.st.Disconnect(res, w.now)
-		w.current[res] = 0
+		switch d := w.rules.Disconnect(true, others, false); d.Kind {
+		case state.DisconnectPromote:
+			c := p.open[d.Promote]
+			w.current[res] = c.instance
+			// The manager applies the last list the promoted instance sent while replaced,
+			// if it sent one: every instance lists each change of the devices.
+			if p.listed && p.version > c.replacedAt {
+				w.sendList(p)
+			}
+		case state.DisconnectUnhealthy:
+			w.st.Disconnect(res, w.now)
+			w.current[res] = 0
+		}
 	}
 	if len(p.open) == 0 {
 		p.alive, p.listed = false, false

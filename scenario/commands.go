@@ -13,6 +13,7 @@ import (
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // Step is one command's result: its lines, and a snapshot of every resource's counts after it
@@ -33,7 +34,8 @@ type Step struct {
 //	plugin stop-instance NAME SOCKET   the instance serving SOCKET exits; the others keep running
 //	plugin register-again NAME         the newest instance sends a second Register for its own socket
 //	device unhealthy|healthy NAME ID
-//	pod admit NAME gpu=2 | init=gpu:1 sidecar=nic:1 app=gpu:2 ...
+//	pod admit NAME gpu=2 | init=gpu:1 sidecar=nic:1 app=gpu:2 ... [crash=allocate]
+//	                                   crash=allocate: the manager crashes during the pod's Allocate (CrashAtAllocate)
 //	pod delete NAME | pod complete NAME
 //	kubelet restart                    kdm restarts; running containers keep running, plugins re-register after the re-admissions
 //	node reboot                        everything stops; nothing runs; plugins come back only with "plugin start"
@@ -57,48 +59,41 @@ func (r *Runner) Do(cmd string, args []string) (Step, error) {
 	return st, err
 }
 
-// inflightSettle waits, within settle, until no admission is still waiting for a plugin whose
-// devices are now allocatable: such an admission is about to finish and belongs to this
-// command's outcome. Admissions whose plugins are still down keep waiting.
+// inflightSettle waits, within settle, until every admission in flight has finished or is
+// asleep waiting for a plugin with nothing to wake it (Manager.AdmissionsAsleep): one that a
+// device change or the clock woke belongs to this command's outcome.
 func (r *Runner) inflightSettle() {
 	if r.m == nil {
 		return
 	}
 	timer := time.NewTimer(settle)
 	defer timer.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for {
-		// Both broadcasts are taken before the check, so no change is missed.
+		// The broadcasts are taken before the check, so no change is missed; the ticker
+		// covers a sleeper that woke and went back to sleep, which broadcasts nothing.
 		r.mu.Lock()
 		settled := r.settled
+		inflight := 0
+		for _, p := range r.pods {
+			if p.state == "admitting" || p.state == "waiting" {
+				inflight++
+			}
+		}
 		r.mu.Unlock()
 		changed := r.m.DeviceChanges()
-		if !r.someWaiterCanProceed() {
+		if inflight == 0 || r.m.AdmissionsAsleep() == inflight {
 			return
 		}
 		select {
 		case <-settled:
 		case <-changed:
+		case <-tick.C:
 		case <-timer.C:
 			return
 		}
 	}
-}
-
-func (r *Runner) someWaiterCanProceed() bool {
-	r.mu.Lock()
-	var resources []string
-	for _, p := range r.pods {
-		if p.state == "waiting" {
-			resources = append(resources, r.waitingFor[string(p.obj.UID)])
-		}
-	}
-	r.mu.Unlock()
-	for _, res := range resources {
-		if _, a := r.counts(res); a > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func (r *Runner) do(cmd string, args []string) ([]string, error) {
@@ -163,8 +158,23 @@ func (r *Runner) do(cmd string, args []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.clock.Step(d)
-		_, _, removed := r.m.GetCapacity()
+		// Each waiting admission's wake on the way comes at its own time, as it would on a
+		// real clock: the clock stops there until the admissions have settled.
+		target := r.clock.Now().Add(d)
+		var removed []string
+		for {
+			r.inflightSettle()
+			next, ok := r.m.NextWake()
+			if !ok || next.After(target) || !next.After(r.clock.Now()) {
+				break
+			}
+			r.clock.SetTime(next)
+			_, _, rm := r.m.GetCapacity()
+			removed = append(removed, rm...)
+		}
+		r.clock.SetTime(target)
+		_, _, rm := r.m.GetCapacity()
+		removed = append(removed, rm...)
 		out := []string{fmt.Sprintf("clock +%v (t=%v)", d, r.clock.Since(r.start))}
 		for _, res := range removed {
 			if r.m.Policy().DropRemovedResources {
@@ -204,6 +214,11 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 			}
 			r.plugins[name] = p
 		}
+		if p.newest() != nil {
+			// A plugin that runs already is restarted (its processes exit, then one starts),
+			// as the simulator (package explore) takes it: `plugin add-instance` adds one.
+			return r.pluginCmd("restart", name, nil)
+		}
 		if err := r.startPlugin(p); err != nil {
 			return nil, err
 		}
@@ -236,7 +251,7 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 		r.forget(p, old.socket)
 		old.inst.DropStreams()
 		old.inst.Stop()
-		if err := r.waitReplacedStreamsClosed(r.resource(name)); err != nil {
+		if err := r.waitReplacedStreamsClosed(r.resource(name), len(p.running)-1); err != nil {
 			return nil, err
 		}
 		c2, a2 := r.counts(r.resource(name))
@@ -270,6 +285,7 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 func (r *Runner) podCmd(verb, name string, args []string) ([]string, error) {
 	switch verb {
 	case "admit":
+		args, crash := splitCrash(args)
 		obj, err := r.parsePod(name, args)
 		if err != nil {
 			return nil, err
@@ -278,6 +294,9 @@ func (r *Runner) podCmd(verb, name string, args []string) ([]string, error) {
 		r.pods[name] = &pod{obj: obj}
 		r.order = append(r.order, name)
 		r.mu.Unlock()
+		if crash {
+			return r.admitAndCrash(name)
+		}
 		r.admit(name)
 		return nil, nil
 	case "delete", "complete":
@@ -286,11 +305,21 @@ func (r *Runner) podCmd(verb, name string, args []string) ([]string, error) {
 			return nil, fmt.Errorf("no pod %q", name)
 		}
 		r.mu.Lock()
-		p.running = false
-		if verb == "delete" {
+		if verb == "complete" && (!p.running || p.state != "admitted") {
+			r.mu.Unlock()
+			return []string{name + " is not running; nothing completes"}, nil
+		}
+		end := state.PodDeleted
+		if verb == "complete" {
+			end = state.PodCompleted
+		}
+		fate := state.Fate(end)
+		p.running, p.completed = false, p.completed || end == state.PodCompleted
+		if !fate.Active {
 			p.state = "deleted"
-		} else {
-			p.completed = true
+			if p.cancel != nil {
+				p.cancel() // its admission, if one is in flight, ends with the pod
+			}
 		}
 		r.mu.Unlock()
 		r.m.UpdateAllocatedDevices()
@@ -349,7 +378,7 @@ func (r *Runner) restart(reboot bool) ([]string, error) {
 	out = append(out, r.capacityLines()...)
 	for _, name := range r.order {
 		p := r.pods[name]
-		if p.state == "deleted" || p.state == "rejected" {
+		if p.state == "deleted" || p.state == "rejected" || (p.completed && !state.Fate(state.PodCompleted).Readmit) {
 			continue
 		}
 		out = append(out, "re-admitting "+name)
@@ -376,6 +405,9 @@ func (r *Runner) checkpointCmd(verb, file string) ([]string, error) {
 	switch verb {
 	case "corrupt":
 		b, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return []string{"no kubelet_internal_checkpoint to truncate"}, nil
+		}
 		if err != nil {
 			return nil, err
 		}

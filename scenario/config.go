@@ -21,6 +21,12 @@ type Config struct {
 	// process's working directory.
 	ScriptDir string
 
+	// Records makes the runner keep the embedder's own copy of each pod's assignments, taken
+	// when the pod is admitted (Manager.GetContainerAllocations), and hand them to every
+	// restart as Sources.RecoveredAllocations, as kdm's agent does. Off, as the kubelet: a
+	// lost checkpoint loses the assignments.
+	Records bool
+
 	// Logger receives the logs of the manager and the plugins the runner drives. The zero
 	// Logger discards them.
 	Logger logr.Logger

@@ -83,6 +83,10 @@ func (r *Runner) checkExclusive() string {
 		}
 	}
 	r.mu.Unlock()
+	contested := map[string]bool{} // held by every claimant on purpose (devicemanager.Contest)
+	for _, c := range r.m.Contests() {
+		contested[c.Resource+"/"+c.DeviceID] = true
+	}
 	for _, p := range live {
 		for _, c := range allContainers(p.obj) {
 			regularInit := false
@@ -94,6 +98,9 @@ func (r *Runner) checkExclusive() string {
 			for res, nodes := range r.m.GetDevices(string(p.obj.UID), c.Name) {
 				for id := range nodes {
 					key := res + "/" + id
+					if contested[key] {
+						continue
+					}
 					who := p.obj.Name + "/" + c.Name
 					prev, taken := owner[key]
 					switch {

@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/deviceplugin"
 	"github.com/kdm-project/kdm/deviceplugin/plugintest"
@@ -31,6 +32,7 @@ const settle = 20 * time.Second
 // use; admissions it starts run in their own goroutines and are reported as they finish.
 type Runner struct {
 	scriptDir  string // Config.ScriptDir
+	records    bool   // Config.Records
 	policy     devicemanager.Policy
 	quarantine bool // Config.QuarantineCorruptCheckpoint: off under the kubelet's policy
 	dir        string
@@ -46,9 +48,7 @@ type Runner struct {
 	mu       sync.Mutex
 	events   []string // admission outcomes not yet printed
 	deferred chan string
-	// waitingFor is, per pod UID, the resource its deferred admission waits for. Guarded by mu.
-	waitingFor map[string]string
-	inflight   sync.WaitGroup
+	inflight sync.WaitGroup
 	// admitCtx bounds the admissions of the current manager: a restart or Close cancels it,
 	// and an admission of an earlier generation (gen) leaves the runner's state alone.
 	admitCtx    context.Context
@@ -93,9 +93,15 @@ func (p *plugin) stopAll() {
 
 type pod struct {
 	obj       *v1.Pod
-	state     string // admitted, rejected, waiting, deleted, completed
+	state     string // admitting, admitted, rejected, waiting, deleted
 	running   bool   // its app containers and sidecars run
-	completed bool
+	completed bool   // its containers exited (state.Fate: it stays, and is admitted again at a restart)
+	reason    string // why it was rejected
+	// records is the embedder's copy of the pod's assignments, taken when it was admitted
+	// (Config.Records).
+	records []checkpoint.PodDevicesEntry
+	// cancel ends the admission in flight, when the pod is deleted. Guarded by mu.
+	cancel context.CancelFunc
 }
 
 // New prepares a runner: it validates cfg and creates the runner's temporary directory, which
@@ -113,9 +119,8 @@ func New(cfg Config) (*Runner, error) {
 		// Not logr.Discard(): its nil sink would make the manager fall back to klog.
 		log = funcr.New(func(string, string) {}, funcr.Options{})
 	}
-	r := &Runner{scriptDir: cfg.ScriptDir, plugins: map[string]*plugin{}, pods: map[string]*pod{},
-		log: log, deferred: make(chan string, 64), settled: make(chan struct{}),
-		waitingFor: map[string]string{}}
+	r := &Runner{scriptDir: cfg.ScriptDir, records: cfg.Records, plugins: map[string]*plugin{}, pods: map[string]*pod{},
+		log: log, deferred: make(chan string, 64), settled: make(chan struct{})}
 	r.quarantine = !pol.IsKubelet()
 	r.policy = pol
 	r.policy.CoalesceDeviceListWrites = false // keep the file in step with every command
@@ -162,10 +167,7 @@ func (r *Runner) startManager(running []devicemanager.ContainerKey) error {
 	quarantine := r.quarantine
 	m, err := devicemanager.New(devicemanager.Config{
 		PluginDir: r.dir, Clock: r.clock, Logger: r.log, Policy: r.policy, QuarantineCorruptCheckpoint: &quarantine,
-		OnAdmissionDeferred: func(podUID, _, res string) {
-			r.mu.Lock()
-			r.waitingFor[podUID] = res
-			r.mu.Unlock()
+		OnAdmissionDeferred: func(podUID, _, _ string) {
 			select {
 			case r.deferred <- podUID:
 			default:
@@ -175,10 +177,19 @@ func (r *Runner) startManager(running []devicemanager.ContainerKey) error {
 	if err != nil {
 		return err
 	}
+	var records []checkpoint.PodDevicesEntry
+	r.mu.Lock()
+	for _, name := range r.order {
+		if p := r.pods[name]; p.state != "deleted" && p.state != "rejected" {
+			records = append(records, p.records...)
+		}
+	}
+	r.mu.Unlock()
 	if err := m.Start(context.Background(), devicemanager.Sources{
-		ActivePods:        r.activePods,
-		SourcesReady:      func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.ready },
-		RunningContainers: running,
+		ActivePods:           r.activePods,
+		SourcesReady:         func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.ready },
+		RunningContainers:    running,
+		RecoveredAllocations: records,
 	}); err != nil {
 		return err
 	}
@@ -209,7 +220,7 @@ func (r *Runner) startPlugin(p *plugin) error {
 	inst, err := plugintest.New(deviceplugin.Config{
 		ResourceName: r.resource(p.name), PluginDir: r.dir, SocketName: socket,
 		Options: &pluginapi.DevicePluginOptions{}, Devices: p.devices, Logger: r.log, KeepRegistering: true,
-	})
+	}, plugintest.RecordRequests()) // `pod admit ... crash=allocate` waits for an Allocate call
 	if err != nil {
 		return err
 	}
@@ -223,8 +234,14 @@ func (r *Runner) startPlugin(p *plugin) error {
 			healthy++
 		}
 	}
-	// Capacity survives a plugin's exit, so wait for the new instance's healthy devices.
-	return r.waitCapacity(r.resource(p.name), func(c, a int64) bool { return c == int64(len(p.devices)) && a == healthy })
+	// Capacity survives a plugin's exit, so wait for the new instance's healthy devices, and
+	// then for the new instance to serve the resource with its list applied: the counts
+	// alone may be those of an instance that runs already.
+	res := r.resource(p.name)
+	if err := r.waitCapacity(res, func(c, a int64) bool { return c == int64(len(p.devices)) && a == healthy }); err != nil {
+		return err
+	}
+	return r.waitEndpoint(res, socket+" serving", func(s string, _ int) bool { return s == socket })
 }
 
 // waitCapacity waits, on the manager's device-change broadcast, until cond holds for the
@@ -248,8 +265,9 @@ func (r *Runner) waitCapacity(res string, cond func(capacity, allocatable int64)
 }
 
 // waitReplacedStreamsClosed waits, on the device-change broadcast, until the manager has seen
-// the streams of every replaced instance of res end.
-func (r *Runner) waitReplacedStreamsClosed(res string) error {
+// the streams of every replaced instance of res end but those of the instances still running
+// (keep: the plugin's running instances other than the newest).
+func (r *Runner) waitReplacedStreamsClosed(res string, keep int) error {
 	timer := time.NewTimer(settle)
 	defer timer.Stop()
 	for {
@@ -260,7 +278,7 @@ func (r *Runner) waitReplacedStreamsClosed(res string) error {
 				open = v.ReplacedStreams
 			}
 		}
-		if open == 0 {
+		if open <= keep {
 			return nil
 		}
 		select {
@@ -359,13 +377,16 @@ func (r *Runner) admit(name string) {
 	}
 	r.mu.Lock()
 	p.state = "admitting"
+	ctx, cancel := context.WithCancel(r.admitCtx)
+	p.cancel = cancel
+	gen := r.gen
 	r.mu.Unlock()
 	done := make(chan struct{})
 	r.inflight.Add(1)
-	ctx, gen := r.admitCtx, r.gen
 	go func() {
 		defer r.inflight.Done()
 		defer close(done)
+		defer cancel()
 		var err error
 		for _, c := range allContainers(p.obj) {
 			if err = r.m.Allocate(ctx, p.obj, c); err != nil {
@@ -374,8 +395,8 @@ func (r *Runner) admit(name string) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if gen != r.gen {
-			return // its manager was stopped: the pod is admitted again by the next one
+		if gen != r.gen || p.state == "deleted" {
+			return // its manager was stopped (the next one admits it again), or the pod is gone
 		}
 		defer func() { // wake inflightSettle
 			close(r.settled)
@@ -383,11 +404,18 @@ func (r *Runner) admit(name string) {
 		}()
 		waited := p.state == "waiting"
 		if err != nil {
-			p.state = "rejected"
-			r.events = append(r.events, fmt.Sprintf("%s rejected: UnexpectedAdmissionError: Allocate failed due to %v, which is unexpected", name, err))
+			p.state, p.running = "rejected", false
+			p.reason = fmt.Sprintf("UnexpectedAdmissionError: Allocate failed due to %v, which is unexpected", err)
+			r.events = append(r.events, name+" rejected: "+p.reason)
 			return
 		}
-		p.state, p.running = "admitted", true
+		p.state, p.running, p.reason = "admitted", !p.completed, ""
+		if r.records {
+			p.records = nil
+			for _, c := range allContainers(p.obj) {
+				p.records = append(p.records, r.m.GetContainerAllocations(string(p.obj.UID), c.Name)...)
+			}
+		}
 		if waited {
 			r.events = append(r.events, name+" admitted after waiting for its device plugin")
 		} else {
@@ -397,6 +425,10 @@ func (r *Runner) admit(name string) {
 	for {
 		select {
 		case <-done:
+			return
+		case <-ctx.Done():
+			// Its manager is stopping (a restart, which admits the pod again) or the pod was
+			// deleted: a deferral notice from now on is the next admission's.
 			return
 		case uid := <-r.deferred:
 			if uid == string(p.obj.UID) {

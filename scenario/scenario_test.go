@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -91,4 +92,39 @@ func firstColumn(view string) string {
 		}
 	}
 	return strings.Join(cells, " ")
+}
+
+// TestRunFilesKeepsOthersWhenOneFails: a policy whose run fails is named in the error, and the
+// timelines of the others are returned whole, the failed one padded to the same commands.
+func TestRunFilesKeepsOthersWhenOneFails(t *testing.T) {
+	path := "../testdata/scenarios/grace-expiry.txt"
+	good := Policies()[len(Policies())-1]
+	tls, err := RunFiles(path, []string{"no-such-policy", good})
+	if err == nil || !strings.Contains(err.Error(), "policy no-such-policy failed") {
+		t.Fatalf("error %v, want one naming the failed policy", err)
+	}
+	if len(tls) != 2 || tls[1].Policy != good || len(tls[0].Steps) != len(tls[1].Steps) {
+		t.Fatalf("want both timelines with the same commands, got %d", len(tls))
+	}
+	cmp := FormatCompare(0, tls...)
+	for _, want := range []string{"not run under no-such-policy", good, "removed"} {
+		if !strings.Contains(cmp, want) {
+			t.Errorf("compare view lacks %q:\n%s", want, cmp)
+		}
+	}
+}
+
+// TestRollingUpdateBesideAnotherInstance: a rolling update while an added instance keeps
+// running waits only for the instance that exits (the other's stream stays open).
+func TestRollingUpdateBesideAnotherInstance(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "script.txt")
+	script := "kubelet start\n----\n\nplugin start gpu devices=4\n----\n\nplugin add-instance gpu\n----\n\nplugin rolling-update gpu\n----\n"
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range Policies() {
+		if _, err := RunFile(path, policy); err != nil {
+			t.Errorf("%s: %v", policy, err)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -102,17 +103,34 @@ const DefaultWidth = 120
 func Policies() []string { return devicemanager.PolicyNames() }
 
 // RunFiles runs a script under each policy in turn and returns the timelines in the same
-// order. The first failure ends it, with RunFile's error.
+// order, one per policy even when some fail. A policy whose run fails keeps the steps it made,
+// the failing one ending with a line that says why, and a step per command it did not run;
+// the error then names every policy that failed, with RunFile's error.
 func RunFiles(path string, policies []string) ([]*Timeline, error) {
 	out := make([]*Timeline, 0, len(policies))
+	var errs []error
 	for _, p := range policies {
 		tl, err := RunFile(path, p)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			out = append(out, tl)
+			continue
+		}
+		errs = append(errs, fmt.Errorf("policy %s failed: %w", p, err))
+		if tl == nil {
+			tl = &Timeline{Policy: p, Script: path}
+		}
+		if n := len(tl.Steps); n > 0 {
+			tl.Steps[n-1].Lines = append(tl.Steps[n-1].Lines, "FAILED under "+p+": "+err.Error())
+		}
+		if dirs, perr := ParseFile(path); perr == nil {
+			for _, d := range dirs[min(len(tl.Steps), len(dirs)):] {
+				tl.Steps = append(tl.Steps, Step{Command: strings.TrimSpace(d.Cmd + " " + strings.Join(d.Args, " ")),
+					Lines: []string{"(not run under " + p + ": it failed above)"}})
+			}
 		}
 		out = append(out, tl)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // FormatCompare prints timelines of the same script side by side, command by command, within

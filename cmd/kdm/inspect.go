@@ -17,7 +17,7 @@ import (
 	"github.com/kdm-project/kdm/agent"
 	"github.com/kdm-project/kdm/agent/podresult"
 	"github.com/kdm-project/kdm/checkpoint"
-	"github.com/kdm-project/kdm/devicemanager/state"
+	"github.com/kdm-project/kdm/internal/state"
 )
 
 // inspectedEntry is one checkpoint entry with its allocation response decoded.

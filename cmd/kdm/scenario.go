@@ -50,10 +50,10 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	timelines, err := scenario.RunFiles(file, scenario.Policies())
-	if err != nil {
-		fmt.Fprintf(stderr, "kdm scenario: %v\n", err)
-		return 1
+	// A policy that fails is named on stderr; the others are printed all the same.
+	timelines, runErr := scenario.RunFiles(file, scenario.Policies())
+	if runErr != nil {
+		fmt.Fprintf(stderr, "kdm scenario: %v\n", runErr)
 	}
 	if *compare {
 		fmt.Fprint(stdout, scenario.FormatCompare(*width, timelines...))
@@ -64,6 +64,9 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stderr, "kdm scenario: wrote %s\n", *svg)
+	}
+	if runErr != nil {
+		return 1
 	}
 	return 0
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
@@ -177,4 +178,18 @@ func (s *State) TakeSettled() []string {
 	out := sets.List(s.settled)
 	s.settled = nil
 	return out
+}
+
+// Recover restores the owner's own record of the assignments (the embedder's records) in
+// place of a checkpoint that is missing or unusable: every entry is restored whole, so a
+// device that the records of several pods claim is contested (Contests) rather than dropped,
+// and every resource the entries name becomes known with no device, its plugin away since
+// now, as if the checkpoint had named it. The owner then writes the checkpoint. It returns
+// the entries skipped because their AllocResp does not decode.
+func (s *State) Recover(entries []checkpoint.PodDevicesEntry, now time.Time) (bad []checkpoint.PodDevicesEntry) {
+	bad = s.Restore(&checkpoint.Data{PodDeviceEntries: entries}, nil, now)
+	for _, res := range s.AllocatedResources() {
+		s.AddRestored(res, now)
+	}
+	return bad
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // TestState drives the core from the scripts in testdata/state: each command changes or
-// queries one State and prints what it decided (`go test ./devicemanager/state -rewrite`
+// queries one State and prints what it decided (`go test ./internal/state -rewrite`
 // refreshes the expected output). Times are offsets from an arbitrary origin, the grace
 // period is 5m unless a command says otherwise.
 //
