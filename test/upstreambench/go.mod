@@ -1,6 +1,7 @@
-// Module upstreambench runs the kubelet's own device manager (k8s.io/kubernetes v1.37; v1.36 in
-// the nested module kubelet136) and kdm through the same benchmarks. It is a separate module so
-// that the root go.mod stays free of k8s.io/kubernetes and its replaces.
+// Module upstreambench runs the kubelet's own device manager (k8s.io/kubernetes, the newest
+// supported release; each older one in its nested module kubelet-<minor>) and kdm through the same
+// benchmarks. It is a separate module so that the root go.mod stays free of k8s.io/kubernetes
+// and its replaces.
 module github.com/kdm-project/kdm/test/upstreambench
 
 go 1.26.8

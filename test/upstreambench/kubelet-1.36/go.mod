@@ -1,21 +1,11 @@
-// Module kubelet136 runs the upstreambench benchmarks (package suite of the parent module) on the
-// kubelet v1.36 device manager. The parent module measures the kubelet v1.37 beside kdm; one
-// module graph cannot hold two versions of k8s.io/kubernetes, so the older release has its own
-// module and test binary, and nothing of kdm is built here: cmd/benchcompare runs both binaries
-// in the same rounds and sets this one's results beside the parent's kdm.
-module github.com/kdm-project/kdm/test/upstreambench/kubelet136
+// Module kubelet-1.36 pins the kubelet release package olderkubelet is built against here:
+// one build list holds one version of k8s.io/kubernetes, so each older kubelet minor has a
+// module of its own, and this go.mod (with its go.sum) is all it adds. See olderkubelet's doc.
+module github.com/kdm-project/kdm/test/upstreambench/kubelet-1.36
 
 go 1.26.8
 
-require (
-	github.com/go-logr/logr v1.4.3
-	github.com/google/cadvisor v0.56.2
-	github.com/kdm-project/kdm/test/upstreambench v0.0.0
-	k8s.io/api v0.37.2
-	k8s.io/apimachinery v0.37.2
-	k8s.io/klog/v2 v2.140.0
-	k8s.io/kubernetes v1.37.2
-)
+require github.com/kdm-project/kdm/test/upstreambench v0.0.0
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -31,6 +21,7 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
+	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
@@ -46,6 +37,7 @@ require (
 	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
+	github.com/google/cadvisor v0.56.2 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
@@ -91,7 +83,9 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
+	k8s.io/api v0.37.2 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
+	k8s.io/apimachinery v0.37.2 // indirect
 	k8s.io/apiserver v0.37.2 // indirect
 	k8s.io/client-go v0.37.2 // indirect
 	k8s.io/cloud-provider v0.0.0 // indirect
@@ -102,9 +96,11 @@ require (
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.37.2 // indirect
+	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubelet v0.37.2 // indirect
+	k8s.io/kubernetes v1.37.2 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/streaming v0.37.2 // indirect
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab // indirect

@@ -1,7 +1,6 @@
-// Package kubelet136 runs the upstreambench benchmarks on the kubelet v1.36 device manager
-// (k8s.io/kubernetes v1.36.3, pkg/kubelet/cm/devicemanager), in a module of its own; see the
-// parent module's README.
-package kubelet136
+//go:build olderkubelet
+
+package olderkubelet
 
 import (
 	_ "unsafe" // go:linkname
@@ -13,10 +12,11 @@ import (
 )
 
 // NewKubeletManager builds the kubelet's device manager serving socketPath, as the parent
-// module's NewKubeletManager does for the kubelet v1.37: the kubelet's unexported
+// module's NewKubeletManager does for the newest kubelet: the kubelet's unexported
 // newManagerImpl, reached with go:linkname. The declaration below must match that function's
-// signature in the k8s.io/kubernetes version go.mod pins (v1.36.3); the linker does not check
-// it. TestKubeletConstructor fails if the function stops behaving as expected.
+// signature in every release a per-minor module pins (the same from v1.35 to v1.36); the
+// linker does not check it. TestKubeletConstructor fails if the function stops behaving as
+// expected.
 func NewKubeletManager(logger klog.Logger, socketPath string, topology []cadvisorapi.Node, store topologymanager.Store) (*kubeletdm.ManagerImpl, error) {
 	return newManagerImpl(logger, socketPath, topology, store)
 }

@@ -1,12 +1,10 @@
-package kubelet136
+//go:build olderkubelet
+
+package olderkubelet
 
 import (
 	"os"
 	"testing"
-
-	"github.com/go-logr/logr"
-	"k8s.io/klog/v2"
-	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
 
 	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
@@ -17,12 +15,11 @@ func TestMain(m *testing.M) {
 	if suite.RunPluginProcess() { // this binary was started as a plugin (suite.PluginProcess)
 		return
 	}
-	klog.SetLogger(logr.Discard())
-	kubeletmetrics.Register()
+	setup()
 	os.Exit(m.Run())
 }
 
-// The parent module's benchmarks under the same names, for the kubelet v1.36 alone: kdm is
+// The parent module's benchmarks under the same names, for this kubelet release alone: kdm is
 // measured once, by the parent module's binary, in the same rounds.
 
 var sides = []suite.Side{kubeletSide}
@@ -51,7 +48,7 @@ func BenchmarkAllocateBeside(b *testing.B) { suite.AllocateBeside(b, sides) }
 
 func BenchmarkRestart(b *testing.B) { suite.Restart(b, sides) }
 
-// TestKubeletConstructor checks the go:linkname'd constructor against the kubelet v1.36 (see
+// TestKubeletConstructor checks the go:linkname'd constructor against the pinned kubelet (see
 // suite.CheckConstructor).
 func TestKubeletConstructor(t *testing.T) { suite.CheckConstructor(t, kubeletSide) }
 
@@ -59,6 +56,19 @@ func TestKubeletConstructor(t *testing.T) { suite.CheckConstructor(t, kubeletSid
 // suite.CheckRestartSettles).
 func TestRestartSettles(t *testing.T) { suite.CheckRestartSettles(t, kubeletSide) }
 
-// TestPluginProcess checks the large benchmarks' plugin process against the kubelet v1.36
+// TestPluginProcess checks the large benchmarks' plugin process against the pinned kubelet
 // (see suite.CheckPluginProcess).
 func TestPluginProcess(t *testing.T) { suite.CheckPluginProcess(t, kubeletSide) }
+
+// TestSideName: the binary knows which kubelet release it was built with, and names it as the
+// table does; minorName turns a release tag into that name.
+func TestSideName(t *testing.T) {
+	if kubeletSide.Name == "kubelet-unknown" {
+		t.Fatal("no k8s.io/kubernetes in the binary's build information")
+	}
+	for version, want := range map[string]string{"v1.35.4": "kubelet-1.35", "v1.36.0-rc.1": "kubelet-1.36", "": "kubelet-unknown", "v1": "kubelet-unknown"} {
+		if got := minorName(version); got != want {
+			t.Errorf("minorName(%q) = %q, want %q", version, got, want)
+		}
+	}
+}

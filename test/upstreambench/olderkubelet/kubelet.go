@@ -1,22 +1,69 @@
-package kubelet136
+//go:build olderkubelet
+
+package olderkubelet
 
 import (
 	"path/filepath"
+	"runtime/debug"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	kubeletdm "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
 
 	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
 
-// kubeletSide is the kubelet v1.36 device manager.
-var kubeletSide = suite.Side{Name: "kubelet-1.36", Kubelet: true, Launch: startKubelet}
+// setup silences the kubelet's global klog output and registers the kubelet's metrics, which
+// a running kubelet always has, as the parent module's TestMain does. It lives outside the
+// test files so that the per-release module's `go mod tidy` keeps what it needs.
+func setup() {
+	klog.SetLogger(logr.Discard())
+	kubeletmetrics.Register()
+}
+
+// kubeletSide is the device manager of the kubelet release the building module pins.
+var kubeletSide = suite.Side{Name: sideName(), Kubelet: true, Launch: startKubelet}
+
+// sideName is the policy name of the kubelet this binary is built with, as the table in
+// devicemanager/kubelets.go names its rows: "kubelet-" and the major.minor of the
+// k8s.io/kubernetes release in the build list (the replacement's, where the module replaces
+// it). It is "kubelet-unknown" in a binary without module information, which
+// TestSideName rejects.
+func sideName() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "kubelet-unknown"
+	}
+	for _, d := range bi.Deps {
+		if d.Path != "k8s.io/kubernetes" {
+			continue
+		}
+		v := d.Version
+		if d.Replace != nil {
+			v = d.Replace.Version
+		}
+		return minorName(v)
+	}
+	return "kubelet-unknown"
+}
+
+// minorName turns a release tag, v1.N.P, into its policy name, kubelet-1.N.
+func minorName(version string) string {
+	major, rest, ok := strings.Cut(strings.TrimPrefix(version, "v"), ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	if !ok || major == "" || minor == "" {
+		return "kubelet-unknown"
+	}
+	return "kubelet-" + major + "." + minor
+}
 
 // kubeletManager is the kubelet's ManagerImpl, built by NewKubeletManager.
 type kubeletManager struct {
