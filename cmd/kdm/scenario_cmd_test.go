@@ -22,7 +22,8 @@ func TestScenarioCommand(t *testing.T) {
 	}
 	out.Reset()
 	svg := filepath.Join(t.TempDir(), "reboot.svg")
-	if code := run([]string{"scenario", "--compare", "--svg", svg, script}, &out, &errOut); code != 0 {
+	// Wide enough for a column per policy to keep the kdm line whole, however many minors.
+	if code := run([]string{"scenario", "--compare", "--width", "400", "--svg", svg, script}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	if !strings.Contains(out.String(), "| p1 waiting for its device plugin") {
