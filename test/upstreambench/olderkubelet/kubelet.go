@@ -4,9 +4,7 @@ package olderkubelet
 
 import (
 	"path/filepath"
-	"runtime/debug"
 	"sort"
-	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -32,37 +30,19 @@ func setup() {
 // kubeletSide is the device manager of the kubelet release the building module pins.
 var kubeletSide = suite.Side{Name: sideName(), Kubelet: true, Launch: startKubelet}
 
-// sideName is the policy name of the kubelet this binary is built with, as the table in
-// devicemanager/kubelets.go names its rows: "kubelet-" and the major.minor of the
-// k8s.io/kubernetes release in the build list (the replacement's, where the module replaces
-// it). It is "kubelet-unknown" in a binary without module information, which
-// TestSideName rejects.
-func sideName() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "kubelet-unknown"
-	}
-	for _, d := range bi.Deps {
-		if d.Path != "k8s.io/kubernetes" {
-			continue
-		}
-		v := d.Version
-		if d.Replace != nil {
-			v = d.Replace.Version
-		}
-		return minorName(v)
-	}
-	return "kubelet-unknown"
-}
+// name is the policy name of the kubelet this binary is built with, as the table in
+// devicemanager/kubelets.go names its rows ("kubelet-1.N"). A test binary carries no
+// module list to read it from, so cmd/benchcompare sets it at link time from the row whose
+// module builds the binary (-ldflags -X .../olderkubelet.name=kubelet-1.N; the module's
+// pin is checked against the row by TestModulesFollowTable).
+var name string
 
-// minorName turns a release tag, v1.N.P, into its policy name, kubelet-1.N.
-func minorName(version string) string {
-	major, rest, ok := strings.Cut(strings.TrimPrefix(version, "v"), ".")
-	minor, _, _ := strings.Cut(rest, ".")
-	if !ok || major == "" || minor == "" {
+// sideName is name, or "kubelet-unknown" for a binary built without it.
+func sideName() string {
+	if name == "" {
 		return "kubelet-unknown"
 	}
-	return "kubelet-" + major + "." + minor
+	return name
 }
 
 // kubeletManager is the kubelet's ManagerImpl, built by NewKubeletManager.

@@ -241,12 +241,14 @@ func defaultModules(versions []devicemanager.KubeletVersion) []string {
 const olderKubeletPackage = "github.com/kdm-project/kdm/test/upstreambench/olderkubelet"
 
 // buildArgs are the go test arguments that compile the benchmarks of the module in dir into
-// path: the parent module's own package, or olderkubelet in a per-minor module.
+// path: the parent module's own package, or olderkubelet in a per-minor module, named after
+// the module's directory (the row's policy name).
 func buildArgs(dir, path string) []string {
 	if filepath.Clean(dir) == "." {
 		return []string{"test", "-c", "-o", path, "."}
 	}
-	return []string{"test", "-c", "-tags", "olderkubelet", "-o", path, olderKubeletPackage}
+	return []string{"test", "-c", "-tags", "olderkubelet", "-ldflags", "-X " + olderKubeletPackage + ".name=" + filepath.Base(dir),
+		"-o", path, olderKubeletPackage}
 }
 
 // build compiles the benchmarks of the module in dir into path.

@@ -226,7 +226,7 @@ func TestModulesFollowTable(t *testing.T) {
 			t.Errorf("%s/go.mod does not pin k8s.io/kubernetes %s (%s's release)", dir, row.Reference, row.Name)
 		}
 	}
-	if got := buildArgs("kubelet-x", "/b"); strings.Join(got, " ") != "test -c -tags olderkubelet -o /b "+olderKubeletPackage {
+	if got := buildArgs("kubelet-x", "/b"); strings.Join(got, " ") != "test -c -tags olderkubelet -ldflags -X "+olderKubeletPackage+".name=kubelet-x -o /b "+olderKubeletPackage {
 		t.Errorf("buildArgs of a per-minor module = %q", got)
 	}
 	if got := buildArgs(".", "/b"); strings.Join(got, " ") != "test -c -o /b ." {
