@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	kubeletdm "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
@@ -20,11 +21,17 @@ import (
 )
 
 // setup silences the kubelet's global klog output and registers the kubelet's metrics, which
-// a running kubelet always has, as the parent module's TestMain does. It lives outside the
-// test files so that the per-release module's `go mod tidy` keeps what it needs.
+// a running kubelet always has, as the parent module's TestMain does. It also turns on the
+// feature gate ResourceHealthStatus, on by default from v1.36 and off in v1.35: without it the
+// kubelet announces no health change, and the benchmarks that end when a pod's health update
+// is announced (ListAndWatchUpdate, Restart) would never end. It lives outside the test files
+// so that the per-release module's `go mod tidy` keeps what it needs.
 func setup() {
 	klog.SetLogger(logr.Discard())
 	kubeletmetrics.Register()
+	if err := utilfeature.DefaultMutableFeatureGate.Set("ResourceHealthStatus=true"); err != nil {
+		panic(err)
+	}
 }
 
 // kubeletSide is the device manager of the kubelet release the building module pins.
@@ -66,7 +73,7 @@ func (noAffinity) Name() string                      { return "none" }
 // (Start with the pod source, no containers known to the runtime).
 func startKubelet(tb testing.TB, dir string, pods *suite.PodList) suite.Manager {
 	tb.Helper()
-	m, err := NewKubeletManager(logr.Discard(), filepath.Join(dir, suite.KubeletSocketName), nil, noAffinity{})
+	m, err := NewKubeletManager(logr.Discard(), filepath.Join(dir, suite.KubeletSocketName), noAffinity{})
 	if err != nil {
 		tb.Fatalf("kubelet device manager: %v", err)
 	}
