@@ -20,7 +20,9 @@ type KubeletVersion struct {
 	// Reference is the upstream release tag the behaviour is checked against, "v1.36.3".
 	Reference string
 	// Changes says, in one line, what this minor changed in the device manager compared
-	// with the row before it (empty for the first row).
+	// with the row before it (empty for the first row). The zero Policy is the baseline row's
+	// (BaselinePolicyName): an older row turns on switches for what it did differently, a
+	// newer one for what it changed.
 	Changes string
 	// Policy is the kubelet's behaviour: kdm's improvements off, this minor's switches on.
 	Policy Policy
@@ -33,9 +35,19 @@ type KubeletVersion struct {
 // (TestNoVersionLiteralOutsideTable checks it).
 var kubeletVersions = []KubeletVersion{
 	{
+		Name:      "kubelet-1.35",
+		Reference: "v1.35.4",
+		Policy: Policy{
+			HintsOverEveryNUMANode:    true,
+			NoDeviceHealthInPodStatus: true,
+		},
+	},
+	{
 		Name:      "kubelet-1.36",
 		Reference: "v1.36.3",
-		Policy:    Policy{},
+		Changes: "topology hints range over the NUMA nodes that hold the resource's devices only; " +
+			"device health is reported in pod status (feature gate ResourceHealthStatus on by default)",
+		Policy: Policy{},
 	},
 	{
 		Name:      "kubelet-1.37",
