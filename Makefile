@@ -145,17 +145,18 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## bench-compare: the kubelet v1.37 and v1.36 device managers and kdm through the same
-## benchmarks, in interleaved rounds (nested modules test/upstreambench and, for v1.36,
-## test/upstreambench/kubelet136); prints one table per kubelet and writes them into
-## docs/benchmarks.md. BENCH_ROUNDS rounds (default 5) of BENCHTIME per benchmark.
+## bench-compare: every supported kubelet minor's own device manager (the rows of
+## devicemanager/kubelets.go) and kdm through the same benchmarks, in interleaved rounds
+## (nested module test/upstreambench for the newest, test/upstreambench/kubelet-<minor> for
+## each older one); prints one table per kubelet and writes them into docs/benchmarks.md. BENCH_ROUNDS rounds (default 5) of BENCHTIME per benchmark.
 bench-compare:
 	cd test/upstreambench && $(GO) run ./cmd/benchcompare -rounds $${BENCH_ROUNDS:-5} -benchtime $(BENCHTIME) -out ../../docs/benchmarks.md
 
 ## explore: 100,000 random runs of the simulated node under --policy kdm, and every run of every
 ## story in testdata/scenarios under every policy (docs/explore.md). About two minutes.
 EXPLORE_SEEDS ?= 100000
-EXPLORE_POLICIES ?= kubelet-1.36 kubelet-1.37 kdm
+# Every policy name, from the table in devicemanager/kubelets.go (evaluated only when used).
+EXPLORE_POLICIES ?= $(shell $(GO) run ./internal/policynames)
 explore:
 	$(GO) build -o $(BIN)/kdm ./cmd/kdm
 	$(BIN)/kdm explore --policy kdm --seeds $(EXPLORE_SEEDS)

@@ -99,7 +99,7 @@ func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
 	if len(node.Status.Addresses) == 0 || node.Status.Addresses[0] != (v1.NodeAddress{Type: v1.NodeInternalIP, Address: "10.0.0.9"}) {
 		t.Errorf("addresses %v, want InternalIP 10.0.0.9 first", node.Status.Addresses)
 	}
-	if info := node.Status.NodeInfo; info.KubeletVersion != Version || info.KernelVersion == "" || info.OperatingSystem != "linux" {
+	if info := node.Status.NodeInfo; info.KubeletVersion != ReportedVersion() || info.KernelVersion == "" || info.OperatingSystem != "linux" {
 		t.Errorf("nodeInfo %+v", info)
 	}
 	if !apitest.NodeReady(node) {

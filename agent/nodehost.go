@@ -16,12 +16,24 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
-// Version is the version kdm reports in the Node's status.nodeInfo.kubeletVersion: the newest
-// kubelet whose device manager kdm follows (the default policy's), marked as kdm's. A build sets its own with
+// Version, when set, is the version kdm reports in the Node's status.nodeInfo.kubeletVersion
+// instead of ReportedVersion's default. A build sets it with
 // -ldflags "-X github.com/kdm-project/kdm/agent.Version=…"; embedders may set it before New.
-var Version = "v1.37.2-kdm"
+var Version string
+
+// ReportedVersion is the version kdm reports as the Node's kubelet version: Version when set,
+// else the newest kubelet whose device manager kdm follows (devicemanager.NewestKubelet, the
+// default policy's), marked as kdm's: its release tag with "-kdm" appended.
+func ReportedVersion() string {
+	if Version != "" {
+		return Version
+	}
+	return devicemanager.NewestKubelet().Reference + "-kdm"
+}
 
 // host reads what the Node says about the machine. Its functions are fields so that tests can
 // stand in for the machine.
@@ -92,7 +104,7 @@ func memTotal(meminfo []byte) (int64, error) {
 }
 
 // nodeInfo is the Node's status.nodeInfo: architecture, OS, kernel, OS image, the machine's
-// IDs where readable, and Version as the kubelet version. kdm runs no containers and leaves
+// IDs where readable, and ReportedVersion as the kubelet version. kdm runs no containers and leaves
 // the container runtime version empty.
 func (h host) nodeInfo() v1.NodeSystemInfo {
 	read := func(path string) string {
@@ -110,7 +122,7 @@ func (h host) nodeInfo() v1.NodeSystemInfo {
 		MachineID:       read("/etc/machine-id"),
 		SystemUUID:      read("/sys/class/dmi/id/product_uuid"),
 		BootID:          read("/proc/sys/kernel/random/boot_id"),
-		KubeletVersion:  Version,
+		KubeletVersion:  ReportedVersion(),
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 // fakeHost is a machine with the given files.
@@ -61,7 +63,7 @@ func TestHostNodeInfoAndAddresses(t *testing.T) {
 		"/proc/sys/kernel/random/boot_id": "boot\n",
 	})
 	want := v1.NodeSystemInfo{Architecture: runtime.GOARCH, OperatingSystem: runtime.GOOS, KernelVersion: "6.8.0-45-generic",
-		OSImage: "Ubuntu 24.04.1 LTS", MachineID: "abc", BootID: "boot", KubeletVersion: Version}
+		OSImage: "Ubuntu 24.04.1 LTS", MachineID: "abc", BootID: "boot", KubeletVersion: ReportedVersion()}
 	if diff := cmp.Diff(want, h.nodeInfo()); diff != "" {
 		t.Errorf("nodeInfo (-want +got):\n%s", diff)
 	}
@@ -93,5 +95,19 @@ func TestHostNodeInfoAndAddresses(t *testing.T) {
 	if diff := cmp.Diff([]v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.5"}, {Type: v1.NodeInternalIP, Address: "fd00::5"},
 		{Type: v1.NodeHostName, Address: "edge-1"}}, addrs); diff != "" {
 		t.Errorf("given addresses (-want +got):\n%s", diff)
+	}
+}
+
+// TestReportedVersion: without a Version set, the Node reports the newest kubelet row's
+// release marked as kdm's; a Version set at link time or by an embedder wins.
+func TestReportedVersion(t *testing.T) {
+	if got, want := ReportedVersion(), devicemanager.NewestKubelet().Reference+"-kdm"; got != want {
+		t.Errorf("ReportedVersion() = %q, want %q", got, want)
+	}
+	old := Version
+	t.Cleanup(func() { Version = old })
+	Version = "v9.9.9-custom"
+	if got := ReportedVersion(); got != "v9.9.9-custom" {
+		t.Errorf("ReportedVersion() with Version set = %q", got)
 	}
 }

@@ -132,7 +132,7 @@ func (m *Manager) readCheckpoint() (applyLocked func(), err error) {
 	data, entries, layout, err := m.store.ReadEntries()
 	switch {
 	case err == nil && layout == checkpoint.LayoutV1 && !m.cfg.Policy.ReadLegacyCheckpoint:
-		err = fmt.Errorf("checkpoint %s has the pre-1.20 layout, which the kubelet 1.36 does not read (Policy.ReadLegacyCheckpoint restores it)", m.store.Path())
+		err = fmt.Errorf("checkpoint %s has the pre-1.20 layout, which no supported kubelet reads (Policy.ReadLegacyCheckpoint restores it)", m.store.Path())
 		m.log.Error(err, "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date")
 		return nil, m.recoverAllocations("legacy layout not read")
 	case err == nil:

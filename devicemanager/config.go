@@ -85,7 +85,8 @@ type Config struct {
 	NUMANodes []int
 
 	// Policy selects the kubelet minor kdm replays and kdm's improvements over it. The zero
-	// value is kubelet-1.36 behaviour; KubeletPolicy (kubelet-1.37) is the newest kubelet.
+	// value is the baseline kubelet's behaviour (BaselinePolicyName); KubeletPolicy is the
+	// newest kubelet's.
 	Policy Policy
 
 	// OnAdmissionDeferred, if set, is called when an admission starts waiting for a resource's
@@ -95,10 +96,13 @@ type Config struct {
 	OnAdmissionDeferred func(podUID, containerName, resource string)
 }
 
-// Policy switches on behaviour that differs from the kubelet v1.36. Each field is off in the
-// zero value, which replays the kubelet v1.36 exactly. Two fields are what the kubelet v1.37
-// changed (KubeletVersions lists which minor turns on which); the others are kdm's
-// improvements, which no kubelet has.
+// Policy switches on behaviour that differs from the kubelet v1.36, the baseline. Each field
+// is off in the zero value, which replays the kubelet v1.36 exactly, and stays so whatever
+// minors are added, older or newer, so that an embedder's zero Config keeps its meaning.
+// Some fields are what a newer kubelet changed (v1.37: RejectSameSocketRegistration,
+// PromoteLiveInstance, SkipAllocationOnResize), some what an older one did differently
+// (v1.35: HintsOverEveryNUMANode, NoDeviceHealthInPodStatus); KubeletVersions lists which
+// minor turns on which. The others are kdm's improvements, which no kubelet has.
 type Policy struct {
 	// RejectSameSocketRegistration refuses a Register for a resource and socket that a
 	// connected instance of the resource already serves, current or replaced, as the kubelet
@@ -125,6 +129,20 @@ type Policy struct {
 	// blocks a resize. Off, a resize runs the allocation again, health checks included, as
 	// the kubelet v1.36 does.
 	SkipAllocationOnResize bool
+
+	// HintsOverEveryNUMANode enumerates topology hints over every NUMA node of the machine
+	// (Config.NUMANodes), device-less nodes included, as the kubelet v1.35 does: with devices
+	// on node 0 of nodes 0 and 1, a request of one device gets {0} (preferred) and {0,1}.
+	// Off, only the nodes the resource's devices are on are enumerated, as the kubelet v1.36
+	// does (here {0} alone).
+	HintsOverEveryNUMANode bool
+
+	// NoDeviceHealthInPodStatus leaves device health out of pod status, as the kubelet v1.35
+	// does by default (feature gate ResourceHealthStatus alpha, off): a device list that
+	// changes a held device's health, or a plugin's disconnect, sends no Update, and
+	// UpdateAllocatedResourcesStatus changes nothing. Off, both report health (KEP-4680), as
+	// the kubelet v1.36 does with the gate on by default.
+	NoDeviceHealthInPodStatus bool
 
 	// DeferAdmission makes Allocate wait, up to DeferAdmissionTimeout, for a plugin that is
 	// known from the checkpoint but has not re-registered yet, instead of failing with

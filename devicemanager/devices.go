@@ -44,7 +44,9 @@ func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs [
 	m.checkRecoveredLocked(resource)
 	m.mu.Unlock()
 
-	m.notify(resource, uids)
+	if !m.cfg.Policy.NoDeviceHealthInPodStatus {
+		m.notify(resource, uids)
+	}
 	m.log.V(4).Info("Updated devices of resource", "resourceName", resource, "devices", len(devs))
 	if sync {
 		m.persistDeviceListsLocked()

@@ -7,9 +7,9 @@
 //
 // # Using a Manager
 //
-// New validates a Config and builds a Manager; ParsePolicy, Kubelet136Policy,
-// Kubelet137Policy, KubeletPolicy (the newest kubelet) and KDMPolicy give its Policy, and
-// KubeletVersions lists the kubelet minors kdm reproduces. The methods, by the caller that needs them:
+// New validates a Config and builds a Manager; ParsePolicy, LookupKubelet, KubeletPolicy (the
+// newest kubelet) and KDMPolicy give its Policy, and KubeletVersions lists the kubelet minors
+// kdm reproduces. The methods, by the caller that needs them:
 //
 //   - Lifecycle (the embedder's main loop): Start with the embedder's Sources (its pods, the
 //     containers running at start, its own record of the assignments), Stop, HealthCheck (the
@@ -33,8 +33,8 @@
 // # Behaviour
 //
 // With the zero Policy the manager replays the kubelet v1.36 device manager, check for check
-// and error string for error string; Kubelet137Policy replays the kubelet v1.37, which differs
-// in plugin re-registration (a Register on a connected socket is refused, a connected instance
+// and error string for error string; the other rows of KubeletVersions replay the other
+// minors. The kubelet v1.37 differs in plugin re-registration (a Register on a connected socket is refused, a connected instance
 // takes over when another disconnects) and in-place resizes (AllocateFor). Under every policy
 // these defects are fixed:
 //

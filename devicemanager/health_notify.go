@@ -29,7 +29,7 @@ func (m *Manager) disconnectLocked(resource string, stoppedAt time.Time) bool {
 	if !m.st.Disconnect(resource, stoppedAt) {
 		return false
 	}
-	if len(turned) > 0 && m.runCtx.Err() == nil {
+	if len(turned) > 0 && m.runCtx.Err() == nil && !m.cfg.Policy.NoDeviceHealthInPodStatus {
 		m.notify(resource, m.st.PodsHolding(resource, turned))
 	}
 	return true

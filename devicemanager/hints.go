@@ -19,7 +19,7 @@ func (m *Manager) GetTopologyHints(pod *v1.Pod, container *v1.Container) map[str
 	}
 	return m.st.Hints(requests, func(res string) sets.Set[string] {
 		return m.st.ContainerDevices(podUID, container.Name, res)
-	}, func(res string) sets.Set[string] { return m.st.PoolOf(podUID, res) }, m.cfg.NUMANodes)
+	}, func(res string) sets.Set[string] { return m.st.PoolOf(podUID, res) }, m.cfg.NUMANodes, m.cfg.Policy.HintsOverEveryNUMANode)
 }
 
 // GetPodTopologyHints is GetTopologyHints for the whole pod: the request per resource is the
@@ -32,7 +32,7 @@ func (m *Manager) GetPodTopologyHints(pod *v1.Pod) map[string][]TopologyHint {
 	defer m.mu.Unlock()
 	return m.st.Hints(podDeviceRequests(pod), func(res string) sets.Set[string] {
 		return m.st.PodDevices(podUID, res)
-	}, func(string) sets.Set[string] { return nil }, m.cfg.NUMANodes)
+	}, func(string) sets.Set[string] { return nil }, m.cfg.NUMANodes, m.cfg.Policy.HintsOverEveryNUMANode)
 }
 
 // podDeviceRequests computes the pod's effective limit per resource: the larger of the peak

@@ -99,7 +99,7 @@ func TestSameSocketRegistration(t *testing.T) {
 // dial and GetDevicePluginOptions, so an options failure is what the plugin hears.
 func TestSameSocketRefusalAfterOptions(t *testing.T) {
 	dir := shortDir(t)
-	m := testManager(t, dir, Config{Policy: Kubelet137Policy(), Endpoint: endpoint.Config{OptionsTimeout: 200 * time.Millisecond}}, Sources{})
+	m := testManager(t, dir, Config{Policy: rowPolicy(t, "kubelet-1.37"), Endpoint: endpoint.Config{OptionsTimeout: 200 * time.Millisecond}}, Sources{})
 	p := testPlugin(t, dir, gpu, "p.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1"),
 		func(c *deviceplugin.Config) { c.Registration = deviceplugin.NoRegistration })
 	client := registrationClient(t, m.SocketPath())
@@ -175,7 +175,7 @@ func TestPromotionOnDisconnect(t *testing.T) {
 // not applied then, but is what the resource has once that instance is promoted.
 func TestPromotionAppliesTheLastReplacedList(t *testing.T) {
 	dir := shortDir(t)
-	m := testManager(t, dir, Config{Policy: Kubelet137Policy()}, Sources{})
+	m := testManager(t, dir, Config{Policy: rowPolicy(t, "kubelet-1.37")}, Sources{})
 	old := testPlugin(t, dir, gpu, "old.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
 	waitFor(t, m, "old instance", func() bool { return capacityIs(m, gpu, 2, 2) })
 	cur := testPlugin(t, dir, gpu, "new.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
@@ -349,6 +349,12 @@ func TestHealthUpdatesMatchedByResource(t *testing.T) {
 				<-m.Updates()
 			}
 			m.updateDevices(nic, m.currentEndpointFor(nic).ep, append(devices(pluginapi.Unhealthy, "0"), devices(pluginapi.Healthy, "1")...))
+			if p.NoDeviceHealthInPodStatus { // the kubelet v1.35 announces no health at all
+				if n := len(m.Updates()); n != 0 {
+					t.Fatalf("%d updates under %s, which reports no device health", n, policy)
+				}
+				return
+			}
 			select {
 			case u := <-m.Updates():
 				if len(u.PodUIDs) != 1 || u.PodUIDs[0] != "nic-pod" {

@@ -18,12 +18,12 @@ func TestParsePolicy(t *testing.T) {
 	}{
 		{name: "kubelet-1.36", want: Policy{}},
 		{name: "kubelet-1.37", want: Policy{RejectSameSocketRegistration: true, PromoteLiveInstance: true, SkipAllocationOnResize: true}},
-		{name: "kubelet", want: Kubelet137Policy()},
+		{name: "kubelet", want: KubeletPolicy()},
 		{name: "kdm", want: KDMPolicy()},
-		{name: "", wantErr: `unknown policy "": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
-		{name: "KDM", wantErr: `unknown policy "KDM": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
-		{name: "kubelet-1.35", wantErr: `unknown policy "kubelet-1.35": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
-		{name: " kdm", wantErr: `unknown policy " kdm": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
+		{name: "", wantErr: `unknown policy "": valid policies are ` + validPolicies()},
+		{name: "KDM", wantErr: `unknown policy "KDM": valid policies are ` + validPolicies()},
+		{name: "kubelet-1.0", wantErr: `unknown policy "kubelet-1.0": valid policies are ` + validPolicies()},
+		{name: " kdm", wantErr: `unknown policy " kdm": valid policies are ` + validPolicies()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParsePolicy(tc.name)
@@ -52,8 +52,8 @@ func TestPolicyRPCDeadlines(t *testing.T) {
 		policy               Policy
 		wantAlloc, wantPrefd time.Duration
 	}{
-		{name: "kubelet-1.36", policy: Kubelet136Policy()},
-		{name: "kubelet-1.37", policy: Kubelet137Policy()},
+		{name: "kubelet-1.36", policy: rowPolicy(t, "kubelet-1.36")},
+		{name: "kubelet-1.37", policy: rowPolicy(t, "kubelet-1.37")},
 		{name: "kdm", policy: KDMPolicy(),
 			wantAlloc: endpoint.RecommendedAllocateTimeout, wantPrefd: endpoint.RecommendedPreferredAllocationTimeout},
 		{name: "custom policy", policy: Policy{AllocateTimeout: 7 * time.Second, PreferredAllocationTimeout: time.Second},
@@ -151,12 +151,47 @@ func TestKubeletVersions(t *testing.T) {
 	}
 	withDeadlines := KDMPolicy()
 	withDeadlines.AllocateTimeout, withDeadlines.DeferAdmissionTimeout = time.Minute, time.Hour
-	timedKubelet := Kubelet136Policy()
-	timedKubelet.AllocateTimeout = time.Second
-	if withDeadlines.Name() != "kdm" || timedKubelet.Name() != "kubelet-1.36" {
-		t.Errorf("a named policy with other deadlines is named %q and %q, want kdm and kubelet-1.36", withDeadlines.Name(), timedKubelet.Name())
+	timedKubelet := Policy{AllocateTimeout: time.Second}
+	if withDeadlines.Name() != "kdm" || timedKubelet.Name() != BaselinePolicyName() {
+		t.Errorf("a named policy with other deadlines is named %q and %q, want kdm and %s", withDeadlines.Name(), timedKubelet.Name(), BaselinePolicyName())
 	}
-	if got, want := PolicyNames(), []string{"kubelet-1.36", "kubelet-1.37", "kdm"}; strings.Join(got, ",") != strings.Join(want, ",") {
+	want := []string{}
+	for _, v := range versions {
+		want = append(want, v.Name)
+	}
+	if got, want := PolicyNames(), append(want, "kdm"); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("PolicyNames() = %v, want %v", got, want)
 	}
+	if base, ok := LookupKubelet(BaselinePolicyName()); !ok || base.Policy != (Policy{}) {
+		t.Errorf("the baseline %q is not a kubelet row with the zero Policy", BaselinePolicyName())
+	}
+	if _, ok := LookupKubelet(KDMPolicyName); ok {
+		t.Errorf("LookupKubelet(%q) found a kubelet row", KDMPolicyName)
+	}
+	if v, ok := LookupKubelet(KubeletAlias); !ok || v != newest {
+		t.Errorf("LookupKubelet(%q) = %+v, %v; want the newest row", KubeletAlias, v, ok)
+	}
+}
+
+// TestValidPoliciesListsEveryRow: the error text and help list every kubelet row, oldest
+// first, the newest as the alias's, then kdm.
+func TestValidPoliciesListsEveryRow(t *testing.T) {
+	var parts []string
+	for _, v := range KubeletVersions() {
+		parts = append(parts, v.Name)
+	}
+	parts[len(parts)-1] += " (alias kubelet)"
+	if got, want := validPolicies(), strings.Join(parts, ", ")+" and kdm"; got != want {
+		t.Errorf("validPolicies() = %q, want %q", got, want)
+	}
+}
+
+// rowPolicy is the Policy of the kubelet row named name; the test fails if there is none.
+func rowPolicy(t testing.TB, name string) Policy {
+	t.Helper()
+	v, ok := LookupKubelet(name)
+	if !ok {
+		t.Fatalf("no kubelet row named %q", name)
+	}
+	return v.Policy
 }

@@ -93,7 +93,12 @@ func (m *Manager) SanitizeNodeAllocatable(podUID string, allocatable v1.Resource
 // health of the devices it holds (KEP-4680): Unhealthy when the plugin lists them so or has
 // gone away (podDeviceHealthLocked). Unknown devices count as Healthy. The entry for a
 // resource replaces one of the same name.
+//
+// Under Policy.NoDeviceHealthInPodStatus it changes nothing.
 func (m *Manager) UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.PodStatus) {
+	if m.cfg.Policy.NoDeviceHealthInPodStatus {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	podUID := string(pod.UID)

@@ -441,7 +441,7 @@ func (st *schedulerStory) checkNode() {
 		"nodeInfo.operatingSystem " + info.OperatingSystem: info.OperatingSystem == runtime.GOOS,
 		"nodeInfo.architecture " + info.Architecture:       info.Architecture == runtime.GOARCH,
 		"nodeInfo.kernelVersion " + info.KernelVersion:     info.KernelVersion == strings.TrimSpace(string(kernel)),
-		"nodeInfo.kubeletVersion " + info.KubeletVersion:   info.KubeletVersion == agent.Version,
+		"nodeInfo.kubeletVersion " + info.KubeletVersion:   info.KubeletVersion == agent.ReportedVersion(),
 		"nodeInfo.osImage " + info.OSImage:                 info.OSImage != "",
 	} {
 		if !ok {

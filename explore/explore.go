@@ -14,7 +14,7 @@ import (
 // Config is one exploration.
 type Config struct {
 	// Policy names the policy as devicemanager.ParsePolicy takes it: a kubelet minor
-	// ("kubelet-1.36", "kubelet-1.37", alias "kubelet") or "kdm". Required.
+	// (a name devicemanager.KubeletVersions lists, alias "kubelet") or "kdm". Required.
 	Policy string
 	// Seeds is how many random runs to make, with seeds FirstSeed, FirstSeed+1, ... Zero
 	// means 1.

@@ -13,8 +13,8 @@ import (
 // rejects invalid values with Validate's error.
 type Config struct {
 	// Policy names the device manager policy as devicemanager.ParsePolicy takes it: a
-	// kubelet minor ("kubelet-1.36", "kubelet-1.37", alias "kubelet" for the newest) or
-	// "kdm". Empty means DefaultPolicy.
+	// kubelet minor (a name devicemanager.KubeletVersions lists, alias "kubelet" for the
+	// newest) or "kdm". Empty means DefaultPolicy.
 	Policy string
 
 	// ScriptDir resolves relative file arguments (checkpoint legacy-v1 FILE). Empty means the
@@ -42,10 +42,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// DefaultPolicy is the policy a runner uses when Config.Policy is empty: the kubelet v1.36,
-// under which the stories' recorded outcomes were first written. It stays so when a newer
-// kubelet is added, so that a script means the same run whatever kdm supports.
-const DefaultPolicy = "kubelet-1.36"
+// DefaultPolicy is the policy a runner uses when Config.Policy is empty: the zero Policy's
+// kubelet (devicemanager.BaselinePolicyName), under which the stories' recorded outcomes were
+// first written. It stays so when a kubelet is added, older or newer, so that a script means
+// the same run whatever kdm supports; `kdm run` defaults to the newest kubelet instead.
+var DefaultPolicy = devicemanager.BaselinePolicyName()
 
 // policy returns the policy c.Policy names, DefaultPolicy's for an empty name.
 func (c Config) policy() (devicemanager.Policy, error) {

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr/testr"
@@ -21,9 +22,9 @@ func TestConfigValidate(t *testing.T) {
 		{"kubelet alias", Config{Policy: "kubelet"}, ""},
 		{"kdm", Config{Policy: "kdm", Logger: testr.New(t)}, ""},
 		{"unknown policy", Config{Policy: "nope"},
-			`scenario: unknown policy "nope": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
+			`scenario: unknown policy "nope": valid policies are ` + validPolicies()},
 		{"policy names match exactly", Config{Policy: "KDM"},
-			`scenario: unknown policy "KDM": valid policies are kubelet-1.36, kubelet-1.37 (alias kubelet) and kdm`},
+			`scenario: unknown policy "KDM": valid policies are ` + validPolicies()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -55,7 +56,7 @@ func TestConfigZeroValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if r.policy != devicemanager.Kubelet136Policy() || r.quarantine {
+	if r.policy != (devicemanager.Policy{}) || r.quarantine {
 		t.Errorf("zero Policy: got %+v (quarantine %v), want the kubelet's policy without quarantine", r.policy, r.quarantine)
 	}
 	if r.scriptDir != "" || r.log.GetSink() == nil {
@@ -70,4 +71,15 @@ func TestConfigZeroValues(t *testing.T) {
 	if !k.quarantine || !k.policy.DeferAdmission || k.policy.CoalesceDeviceListWrites || k.scriptDir != "scripts" {
 		t.Errorf("kdm runner: policy %+v, quarantine %v, scriptDir %q", k.policy, k.quarantine, k.scriptDir)
 	}
+}
+
+// validPolicies is the list ParsePolicy's error gives, derived from the table: every kubelet
+// minor oldest first, the newest as the alias's, then kdm.
+func validPolicies() string {
+	var names []string
+	for _, v := range devicemanager.KubeletVersions() {
+		names = append(names, v.Name)
+	}
+	names[len(names)-1] += " (alias " + devicemanager.KubeletAlias + ")"
+	return strings.Join(names, ", ") + " and " + devicemanager.KDMPolicyName
 }

@@ -62,9 +62,11 @@ func TestRunFileAndRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmp := FormatCompare(0, tls...)
-	for _, want := range []string{"kubelet-1.36", "kubelet-1.37", "kdm", "admitted after waiting", "(deferred admission)"} {
-		if !strings.Contains(cmp, want) {
-			t.Errorf("compare view lacks %q:\n%s", want, cmp)
+	// A column per policy; a width that wraps nothing keeps the phrases whole.
+	wide := FormatCompare(1000, tls...)
+	for _, want := range append(Policies(), "admitted after waiting", "(deferred admission)") {
+		if !strings.Contains(wide, want) {
+			t.Errorf("compare view lacks %q:\n%s", want, wide)
 		}
 	}
 	// Wrapped, not cut: the reason reads whole once the column's line breaks are undone.

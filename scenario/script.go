@@ -330,8 +330,9 @@ func wrapText(s string, width int) []string {
 }
 
 // combined renders one command's outcome under every policy for the datadriven files:
-// identical outcomes once; otherwise each policy's lines, each prefixed with its policy's
-// name, in the order of policies.
+// identical outcomes once; otherwise each distinct outcome once, in the order of the first
+// policy that has it, each line prefixed with the label of the policies that share it
+// (groupLabel), so that a kubelet minor that behaves like its neighbours adds no lines.
 func combined(policies []string, steps []Step) string {
 	same := true
 	for _, st := range steps[1:] {
@@ -340,15 +341,80 @@ func combined(policies []string, steps []Step) string {
 	if same {
 		return strings.Join(steps[0].Lines, "\n")
 	}
+	var groups [][]int // indexes of policies with equal lines, by first member
+	for i, st := range steps {
+		found := false
+		for g, members := range groups {
+			if slices.Equal(steps[members[0]].Lines, st.Lines) {
+				groups[g] = append(members, i)
+				found = true
+				break
+			}
+		}
+		if !found {
+			groups = append(groups, []int{i})
+		}
+	}
+	labels := make([]string, len(groups))
 	w := 0
-	for _, p := range policies {
-		w = max(w, len(p)+1)
+	for g, members := range groups {
+		names := make([]string, len(members))
+		for j, i := range members {
+			names[j] = policies[i]
+		}
+		labels[g] = groupLabel(policies, names) + ":"
+		w = max(w, len(labels[g]))
 	}
 	var out []string
-	for i, st := range steps {
-		for _, l := range st.Lines {
-			out = append(out, fmt.Sprintf("%-*s %s", w, policies[i]+":", l))
+	for g, members := range groups {
+		for _, l := range steps[members[0]].Lines {
+			out = append(out, fmt.Sprintf("%-*s %s", w, labels[g], l))
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// groupLabel names the policies members (a subset of policies, in its order) that share an
+// outcome. Kubelet minors that form a run of consecutive rows are named by the run, so that
+// adding a minor that behaves like its neighbour leaves the label as it was: every kubelet is
+// "kubelets", a run from the oldest (one minor or more) "kubelet <=1.N", one to the newest
+// "kubelet >=1.N", one in between "kubelet 1.N..1.M", one minor in between its own name.
+// Other policies follow by name.
+func groupLabel(policies, members []string) string {
+	var kubelets []string
+	for _, p := range policies {
+		if strings.HasPrefix(p, devicemanager.KubeletAlias+"-") {
+			kubelets = append(kubelets, p)
+		}
+	}
+	var runIdx []int
+	var others []string
+	for _, m := range members {
+		if i := slices.Index(kubelets, m); i >= 0 {
+			runIdx = append(runIdx, i)
+		} else {
+			others = append(others, m)
+		}
+	}
+	var parts []string
+	minor := func(i int) string { return strings.TrimPrefix(kubelets[i], devicemanager.KubeletAlias+"-") }
+	consecutive := len(runIdx) > 0 && runIdx[len(runIdx)-1]-runIdx[0] == len(runIdx)-1
+	switch {
+	case len(runIdx) == 0:
+	case !consecutive:
+		for _, i := range runIdx {
+			parts = append(parts, kubelets[i])
+		}
+	case len(runIdx) == len(kubelets) && len(kubelets) > 1:
+		parts = append(parts, devicemanager.KubeletAlias+"s")
+	case runIdx[0] == 0:
+		parts = append(parts, devicemanager.KubeletAlias+" <="+minor(runIdx[len(runIdx)-1]))
+	case runIdx[len(runIdx)-1] == len(kubelets)-1:
+		parts = append(parts, devicemanager.KubeletAlias+" >="+minor(runIdx[0]))
+	case len(runIdx) == 1:
+		parts = append(parts, kubelets[runIdx[0]])
+	default:
+		parts = append(parts, devicemanager.KubeletAlias+" "+minor(runIdx[0])+".."+minor(runIdx[len(runIdx)-1]))
+	}
+	return strings.Join(append(parts, others...), ", ")
 }

@@ -32,7 +32,7 @@ type PageState struct {
 	// Time is when the state was taken.
 	Time time.Time `json:"time"`
 	// Policy names the device manager's policy in force (devicemanager.Policy.Name): "kdm", a
-	// kubelet version such as "kubelet-1.36", or "custom".
+	// kubelet minor's policy name (devicemanager.KubeletVersions), or "custom".
 	Policy             string         `json:"policy"`
 	GracePeriodSeconds float64        `json:"gracePeriodSeconds"`
 	Resources          []PageResource `json:"resources"`

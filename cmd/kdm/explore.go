@@ -93,6 +93,6 @@ func explorePolicyHelp() string {
 	for _, v := range devicemanager.KubeletVersions() {
 		kubelets = append(kubelets, v.Name)
 	}
-	return fmt.Sprintf("the policy of the simulated manager: %s (alias %s: the newest) is that kubelet's device manager; %s adds kdm's improvements",
+	return fmt.Sprintf("the policy of the simulated manager: %s (alias %s: the newest) is that kubelet's device manager; %s adds kdm's improvements. The default is kdm, unlike run's (the newest kubelet) and scenario's (the zero Policy's kubelet): explore checks kdm's guarantees",
 		strings.Join(kubelets, " or "), devicemanager.KubeletAlias, devicemanager.KDMPolicyName)
 }

@@ -181,7 +181,7 @@ func TestRunVersion(t *testing.T) {
 		t.Fatalf("kdm run --version: exit %d, stderr %q", code, errOut.String())
 	}
 	// A test binary is not stamped, and Go records no VCS revision in it.
-	if got, want := out.String(), "kdm unknown (commit unknown, kubelet "+agent.Version+")\n"; got != want {
+	if got, want := out.String(), "kdm unknown (commit unknown, kubelet "+agent.ReportedVersion()+")\n"; got != want {
 		t.Errorf("kdm run --version printed %q, want %q", got, want)
 	}
 	out.Reset()
@@ -189,8 +189,8 @@ func TestRunVersion(t *testing.T) {
 		t.Fatalf("kdm run --version=raw: exit %d, stderr %q", code, errOut.String())
 	}
 	var info versionInfo
-	if err := json.Unmarshal(out.Bytes(), &info); err != nil || info.Version != agent.Version || info.GoVersion == "" || info.Platform == "" {
-		t.Errorf("kdm run --version=raw printed %q (%v); want JSON with version %s, goVersion and platform", out.String(), err, agent.Version)
+	if err := json.Unmarshal(out.Bytes(), &info); err != nil || info.Version != agent.ReportedVersion() || info.GoVersion == "" || info.Platform == "" {
+		t.Errorf("kdm run --version=raw printed %q (%v); want JSON with version %s, goVersion and platform", out.String(), err, agent.ReportedVersion())
 	}
 }
 

@@ -92,6 +92,6 @@ func scenarioPolicyHelp() string {
 		kubelets = append(kubelets, v.Name)
 	}
 	return fmt.Sprintf("the policy to replay under: %s (alias %s: the newest) replays that kubelet's device manager; %s adds deferred admission and kdm's other improvements. "+
-		"The default is %s, the policy the stories were first recorded under",
+		"The default is %s, the zero Policy's kubelet, which the stories were first recorded under and which stays the baseline when minors are added (run defaults to the newest kubelet, explore to kdm)",
 		strings.Join(kubelets, " or "), devicemanager.KubeletAlias, devicemanager.KDMPolicyName, scenario.DefaultPolicy)
 }

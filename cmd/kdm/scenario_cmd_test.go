@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kdm-project/kdm/devicemanager"
+	"github.com/kdm-project/kdm/scenario"
 )
 
 func TestScenarioCommand(t *testing.T) {
@@ -21,7 +22,8 @@ func TestScenarioCommand(t *testing.T) {
 	}
 	out.Reset()
 	svg := filepath.Join(t.TempDir(), "reboot.svg")
-	if code := run([]string{"scenario", "--compare", "--svg", svg, script}, &out, &errOut); code != 0 {
+	// Wide enough for a column per policy to keep the kdm line whole, however many minors.
+	if code := run([]string{"scenario", "--compare", "--width", "400", "--svg", svg, script}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	if !strings.Contains(out.String(), "| p1 waiting for its device plugin") {
@@ -87,7 +89,7 @@ func TestScenarioUsage(t *testing.T) {
 		t.Fatalf("--help: exit %d", code)
 	}
 	help := strings.Join(strings.Fields(out.String()), " ")
-	for _, p := range append(devicemanager.PolicyNames(), devicemanager.KubeletAlias, "default is kubelet-1.36") {
+	for _, p := range append(devicemanager.PolicyNames(), devicemanager.KubeletAlias, "default is "+scenario.DefaultPolicy) {
 		if !strings.Contains(help, p) {
 			t.Errorf("help lacks %q:\n%s", p, out.String())
 		}

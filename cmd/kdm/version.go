@@ -28,7 +28,7 @@ type versionInfo struct {
 	// Commit is the commit it was built from (main.commit, else the VCS revision Go
 	// recorded), "unknown" when neither says.
 	Commit string `json:"commit"`
-	// Version is agent.Version, the version the Node reports as its kubelet version; set it
+	// Version is agent.ReportedVersion(), the version the Node reports as its kubelet version; set it
 	// at link time with -ldflags "-X github.com/kdm-project/kdm/agent.Version=...".
 	Version string `json:"version"`
 	// Module is the module version Go recorded in the binary ("(devel)" from a checkout).
@@ -40,7 +40,7 @@ type versionInfo struct {
 
 // currentVersion describes the running binary.
 func currentVersion() versionInfo {
-	v := versionInfo{BuildVersion: version, Commit: commit, Version: agent.Version,
+	v := versionInfo{BuildVersion: version, Commit: commit, Version: agent.ReportedVersion(),
 		GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v.Module = bi.Main.Version
@@ -91,7 +91,7 @@ func runVersion(args []string, stdout, stderr io.Writer) int {
 }
 
 // versionValue is the --version flag, as the kubelet has it: --version (or --version=true)
-// prints "kdm <version> (commit <commit>, kubelet <agent.Version>)", --version=raw the whole record as JSON, --version=false nothing.
+// prints "kdm <version> (commit <commit>, kubelet <agent.ReportedVersion()>)", --version=raw the whole record as JSON, --version=false nothing.
 type versionValue string
 
 func (v *versionValue) String() string { return string(*v) }

@@ -20,11 +20,15 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
-// KubernetesVersion is the version of k8s.io/kubernetes that test/kubebins pins; the apiserver
-// reports it. Moving the test cluster to another release changes this and the module's go.mod.
-const KubernetesVersion = "v1.37.2"
+// KubernetesVersion is the version of k8s.io/kubernetes that test/kubebins pins, and the
+// apiserver reports: the newest kubelet row's release (devicemanager.NewestKubelet). Adding a
+// newer minor moves the test cluster with it; test/kubebins/go.mod must pin the same release
+// (TestKubebinsPinsKubernetesVersion).
+var KubernetesVersion = devicemanager.NewestKubelet().Reference
 
 // CacheDirEnv overrides where built binaries are cached (default: the user cache directory,
 // under kdm/kubebins).

@@ -10,8 +10,10 @@ import (
 // Hints returns, per device-plugin resource among requests, the NUMA node sets the request
 // can be met from: nil means no preference (the resource has no topology), empty means the
 // request cannot be met. held gives the devices the container (or pod) already holds of a
-// resource, reusable its reuse pool; machineNodes are the machine's NUMA nodes.
-func (s *State) Hints(requests map[string]int, held, reusable func(string) sets.Set[string], machineNodes []int) map[string][]TopologyHint {
+// resource, reusable its reuse pool; machineNodes are the machine's NUMA nodes. The subsets
+// range over the nodes the resource's devices are on, or with everyNode over every machine
+// node, device-less ones included, as the kubelet v1.35 enumerates them.
+func (s *State) Hints(requests map[string]int, held, reusable func(string) sets.Set[string], machineNodes []int, everyNode bool) map[string][]TopologyHint {
 	hints := map[string][]TopologyHint{}
 	for res, request := range requests {
 		if !s.IsDevicePluginResource(res) {
@@ -26,7 +28,7 @@ func (s *State) Hints(requests map[string]int, held, reusable func(string) sets.
 				hints[res] = []TopologyHint{}
 				continue
 			}
-			hints[res] = s.generateHints(res, allocated, sets.New[string](), request, machineNodes)
+			hints[res] = s.generateHints(res, allocated, sets.New[string](), request, machineNodes, everyNode)
 			continue
 		}
 		available := s.available(res)
@@ -35,7 +37,7 @@ func (s *State) Hints(requests map[string]int, held, reusable func(string) sets.
 			hints[res] = []TopologyHint{}
 			continue
 		}
-		hints[res] = s.generateHints(res, available, reuse, request, machineNodes)
+		hints[res] = s.generateHints(res, available, reuse, request, machineNodes, everyNode)
 	}
 	return hints
 }
@@ -67,8 +69,11 @@ func (s *State) deviceNUMANodes(res string, machineNodes []int) []int {
 // beyond 62 nodes it is nil (no preference) rather than an enumeration of 2^n subsets.
 // Devices are counted per distinct topology, so the cost per subset does not grow with the
 // number of devices.
-func (s *State) generateHints(res string, available, reusable sets.Set[string], request int, machineNodes []int) []TopologyHint {
+func (s *State) generateHints(res string, available, reusable sets.Set[string], request int, machineNodes []int, everyNode bool) []TopologyHint {
 	nodes := s.deviceNUMANodes(res, machineNodes)
+	if everyNode {
+		nodes = sets.List(sets.New(machineNodes...))
+	}
 	if len(nodes) > 62 {
 		return nil
 	}

@@ -240,7 +240,7 @@ func (d *driver) do(td *datadriven.TestData) (string, error) {
 		}
 		pod, ctr := a["pod"], a["ctr"]
 		hints := d.s.Hints(requests, func(r string) sets.Set[string] { return d.s.ContainerDevices(pod, ctr, r) },
-			func(r string) sets.Set[string] { return d.s.PoolOf(pod, r) }, machine)
+			func(r string) sets.Set[string] { return d.s.PoolOf(pod, r) }, machine, false)
 		var b strings.Builder
 		for _, r := range SortedKeys(hints) {
 			fmt.Fprintf(&b, "%s:", r)

@@ -7,10 +7,11 @@ import (
 	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
 
-// The benchmarks are in package suite; each runs the kubelet v1.37 (kubeletSide) and kdm. kdm
+// The benchmarks are in package suite; each runs the newest kubelet (kubeletSide) and kdm. kdm
 // runs with the kubelet policy (what the kubelet does, with kdm's fixes that are always on)
-// unless the sub-benchmark's name says policy=kdm. The nested module kubelet136 runs the same
-// benchmarks for the kubelet v1.36 alone; cmd/benchcompare puts both beside kdm.
+// unless the sub-benchmark's name says policy=kdm. Package olderkubelet, built in a module per
+// older kubelet minor (kubelet-<minor>/), runs the same benchmarks for that kubelet alone;
+// cmd/benchcompare puts each beside kdm.
 
 // sides are the kubelet and kdm replaying the kubelet's policy.
 func sides() []suite.Side {

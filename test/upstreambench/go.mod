@@ -1,6 +1,7 @@
-// Module upstreambench runs the kubelet's own device manager (k8s.io/kubernetes v1.37; v1.36 in
-// the nested module kubelet136) and kdm through the same benchmarks. It is a separate module so
-// that the root go.mod stays free of k8s.io/kubernetes and its replaces.
+// Module upstreambench runs the kubelet's own device manager (k8s.io/kubernetes, the newest
+// supported release; each older one in its nested module kubelet-<minor>) and kdm through the same
+// benchmarks. It is a separate module so that the root go.mod stays free of k8s.io/kubernetes
+// and its replaces.
 module github.com/kdm-project/kdm/test/upstreambench
 
 go 1.26.8
@@ -15,6 +16,7 @@ require (
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
+	k8s.io/apiserver v0.37.2
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kubelet v0.37.2
 	k8s.io/kubernetes v1.37.2
@@ -92,7 +94,6 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
-	k8s.io/apiserver v0.37.2 // indirect
 	k8s.io/client-go v0.37.2 // indirect
 	k8s.io/cloud-provider v0.0.0 // indirect
 	k8s.io/component-base v0.37.2 // indirect

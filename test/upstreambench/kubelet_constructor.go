@@ -15,7 +15,7 @@ import (
 //
 // It is the kubelet's unexported newManagerImpl, reached with go:linkname: NewManagerImpl
 // only fills in the fixed socket path and calls it. The declaration below must match that
-// function's signature in the k8s.io/kubernetes version go.mod pins (v1.37.2); the linker
+// function's signature in the k8s.io/kubernetes version go.mod pins (the newest kubelet row's); the linker
 // does not check it, so a version bump must re-read pkg/kubelet/cm/devicemanager/manager.go.
 // TestKubeletConstructor fails if the function stops behaving as expected.
 func NewKubeletManager(logger klog.Logger, socketPath string, topology []cadvisorapi.Node, store topologymanager.Store) (*kubeletdm.ManagerImpl, error) {

@@ -15,12 +15,14 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
+	"github.com/kdm-project/kdm/devicemanager"
 	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
 
-// kubeletSide is the kubelet v1.37 device manager, the release go.mod pins. The older
-// release runs in the nested module kubelet136 under the name kubelet-1.36.
-var kubeletSide = suite.Side{Name: "kubelet-1.37", Kubelet: true, Launch: startKubelet}
+// kubeletSide is the newest kubelet's device manager, the release go.mod pins
+// (TestModulesFollowTable in cmd/benchcompare checks the pin against the table). Older
+// releases run in package olderkubelet, in a nested module each.
+var kubeletSide = suite.Side{Name: devicemanager.NewestKubelet().Name, Kubelet: true, Launch: startKubelet}
 
 // kubeletManager is the kubelet's ManagerImpl, built by NewKubeletManager.
 type kubeletManager struct {

@@ -2,7 +2,8 @@
 // and every operation measured, written once for any number of device managers. It imports
 // only code that is the same in every kubelet release it is built against (the kubelet's
 // device-plugin stub and checkpoint package, the API types) and nothing of kdm, so that a
-// module pinning an older k8s.io/kubernetes (test/upstreambench/kubelet136) builds it too.
+// module pinning an older k8s.io/kubernetes (test/upstreambench/kubelet-<minor>, through package
+// olderkubelet) builds it too.
 //
 // A caller supplies the managers as Sides: each module's tests wrap its kubelet's manager
 // (whose methods change between releases) and, in the module that builds kdm, kdm's. The

@@ -51,7 +51,7 @@ type Manager interface {
 
 // Side is one device manager under comparison.
 type Side struct {
-	// Name is its sub-benchmark's name: "kubelet-1.37", "kdm", "kdm,policy=kdm".
+	// Name is its sub-benchmark's name: a kubelet row's policy name, "kdm", "kdm,policy=kdm".
 	Name string
 	// Kubelet marks the kubelet's own manager, which sits out the sizes where it takes about
 	// a second per op.

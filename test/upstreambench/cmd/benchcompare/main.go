@@ -8,9 +8,10 @@
 //
 //	go run ./cmd/benchcompare -rounds 5 -benchtime 1s -out ../../docs/benchmarks.md
 //
-// Each module of -modules (the parent, which measures the newest kubelet beside kdm, and a
-// nested module per older kubelet release, which measures that kubelet alone) gives one test
-// binary, built once. Each round runs every binary once, in turn, so within a round every
+// Each module of -modules (by default the parent, which measures the newest kubelet beside
+// kdm, then test/upstreambench/kubelet-<minor> for every older row of the table in
+// devicemanager/kubelets.go, newest first, which builds package olderkubelet against that
+// release and measures that kubelet alone) gives one test binary, built once. Each round runs every binary once, in turn, so within a round every
 // /kubelet-1.x sub-benchmark is close in time to its /kdm siblings, and rounds alternate in
 // time; a table's ratios pair its kubelet with kdm round by round. With -out, the tables
 // replace the part of the file between the lines "<!-- bench-compare:begin -->" and
@@ -38,6 +39,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 func main() {
@@ -52,7 +55,7 @@ func run() error {
 	benchtime := flag.String("benchtime", "1s", "go test -benchtime for each benchmark in each round")
 	bench := flag.String("bench", ".", "go test -bench pattern")
 	out := flag.String("out", "", "Markdown file whose bench-compare section receives the tables")
-	modules := flag.String("modules", ".,kubelet136", "comma-separated module directories whose benchmarks run, newest kubelet first; the first also measures kdm")
+	modules := flag.String("modules", strings.Join(defaultModules(devicemanager.KubeletVersions()), ","), "comma-separated module directories whose benchmarks run, newest kubelet first; the first also measures kdm")
 	fastPaths := flag.String("fastpaths", "", "comma-separated fast paths to turn off one at a time, measuring kdm's rows instead of comparing (spare, delta, summed, whole, latersync)")
 	flag.Parse()
 	if *roundsN < 1 {
@@ -222,10 +225,36 @@ type testBinary struct {
 	version string // of k8s.io/kubernetes in the module's build list
 }
 
+// defaultModules are the module directories -modules defaults to: the parent module (the
+// newest kubelet, beside kdm), then one per older kubelet row, newest first, named by the
+// row's policy name.
+func defaultModules(versions []devicemanager.KubeletVersion) []string {
+	dirs := []string{"."}
+	for i := len(versions) - 2; i >= 0; i-- {
+		dirs = append(dirs, versions[i].Name)
+	}
+	return dirs
+}
+
+// olderKubeletPackage is the package a per-minor module builds, under the build tag of the
+// same name: the benchmarks of one older kubelet release, written once for all of them.
+const olderKubeletPackage = "github.com/kdm-project/kdm/test/upstreambench/olderkubelet"
+
+// buildArgs are the go test arguments that compile the benchmarks of the module in dir into
+// path: the parent module's own package, or olderkubelet in a per-minor module, named after
+// the module's directory (the row's policy name).
+func buildArgs(dir, path string) []string {
+	if filepath.Clean(dir) == "." {
+		return []string{"test", "-c", "-o", path, "."}
+	}
+	return []string{"test", "-c", "-tags", "olderkubelet", "-ldflags", "-X " + olderKubeletPackage + ".name=" + filepath.Base(dir),
+		"-o", path, olderKubeletPackage}
+}
+
 // build compiles the benchmarks of the module in dir into path.
 func build(dir, path string) (testBinary, error) {
 	fmt.Fprintf(os.Stderr, "building the benchmarks of %s (a cold cache compiles k8s.io/kubernetes: minutes)\n", dir)
-	cmd := command("go", "test", "-c", "-o", path, ".")
+	cmd := command("go", buildArgs(dir, path)...)
 	cmd.Dir = dir
 	if err := cmd.Run(); err != nil {
 		return testBinary{}, fmt.Errorf("building the benchmarks of %s: %w", dir, err)

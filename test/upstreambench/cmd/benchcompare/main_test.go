@@ -1,9 +1,14 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kdm-project/kdm/devicemanager"
 )
 
 const sample = `goos: linux
@@ -58,7 +63,7 @@ func r(name string, ns float64) result { return result{name: name, nsPerOp: ns} 
 func TestRender(t *testing.T) {
 	rs := newRounds()
 	// Each round holds the parent binary's results (kubelet-1.37, kdm, floor) and then the
-	// kubelet136 binary's (kubelet-1.36 alone).
+	// per-minor binary's (the older kubelet alone).
 	rs.add([]result{r("A/kubelet-1.37", 300), r("A/kdm", 100), r("B/kdm", 5e6), r("Floor/rpc", 2000), r("A/kubelet-1.36", 600)})
 	rs.add([]result{r("A/kubelet-1.37", 200), r("A/kdm", 200), r("B/kdm", 7e6), r("Floor/rpc", 4000), r("A/kubelet-1.36", 400)})
 	rs.add([]result{r("A/kubelet-1.37", 900), r("A/kdm", 300), r("A/kdm,policy=kdm", 30), r("Floor/rpc", 3000), r("A/kubelet-1.36", 1800),
@@ -191,5 +196,40 @@ func TestSplitBench(t *testing.T) {
 		if first, rest := splitBench(c.in); first != c.first || rest != c.rest {
 			t.Errorf("splitBench(%q) = %q, %q; want %q, %q", c.in, first, rest, c.first, c.rest)
 		}
+	}
+}
+
+// TestModulesFollowTable: by default the parent module and one module per older kubelet row
+// run, newest first, and each pins its row's release: the parent requires the newest row's
+// k8s.io/kubernetes, a per-minor module replaces it with its row's. A row without its module,
+// or a module left on another release, fails here rather than in a bench-compare run.
+func TestModulesFollowTable(t *testing.T) {
+	versions := devicemanager.KubeletVersions()
+	dirs := defaultModules(versions)
+	if len(dirs) != len(versions) || dirs[0] != "." {
+		t.Fatalf("defaultModules = %q for %d kubelet rows", dirs, len(versions))
+	}
+	require := regexp.MustCompile(`(?m)^\s*k8s\.io/kubernetes (v\S+)`)
+	replace := regexp.MustCompile(`(?m)^\s*k8s\.io/kubernetes => k8s\.io/kubernetes (v\S+)`)
+	for i, dir := range dirs {
+		row := versions[len(versions)-1-i]
+		gomod, err := os.ReadFile(filepath.Join("../..", dir, "go.mod"))
+		if err != nil {
+			t.Errorf("%s: %v", row.Name, err)
+			continue
+		}
+		pin := replace.FindSubmatch(gomod)
+		if dir == "." {
+			pin = require.FindSubmatch(gomod)
+		}
+		if pin == nil || string(pin[1]) != row.Reference {
+			t.Errorf("%s/go.mod does not pin k8s.io/kubernetes %s (%s's release)", dir, row.Reference, row.Name)
+		}
+	}
+	if got := buildArgs("kubelet-x", "/b"); strings.Join(got, " ") != "test -c -tags olderkubelet -ldflags -X "+olderKubeletPackage+".name=kubelet-x -o /b "+olderKubeletPackage {
+		t.Errorf("buildArgs of a per-minor module = %q", got)
+	}
+	if got := buildArgs(".", "/b"); strings.Join(got, " ") != "test -c -o /b ." {
+		t.Errorf("buildArgs of the parent = %q", got)
 	}
 }

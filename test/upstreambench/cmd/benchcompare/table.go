@@ -163,7 +163,7 @@ var variantLabels = map[string]string{
 }
 
 // kubelet is one kubelet release under comparison: the last element of its sub-benchmarks'
-// names ("kubelet-1.37") and the k8s.io/kubernetes version they ran.
+// names (its policy name) and the k8s.io/kubernetes version they ran.
 type kubelet struct{ side, version string }
 
 // isKubelet reports whether a sub-benchmark's last name element is a kubelet's.

@@ -1,4 +1,6 @@
-package kubelet136
+//go:build olderkubelet
+
+package olderkubelet
 
 import (
 	"path/filepath"
@@ -8,15 +10,47 @@ import (
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	kubeletdm "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
 
 	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
 
-// kubeletSide is the kubelet v1.36 device manager.
-var kubeletSide = suite.Side{Name: "kubelet-1.36", Kubelet: true, Launch: startKubelet}
+// setup silences the kubelet's global klog output and registers the kubelet's metrics, which
+// a running kubelet always has, as the parent module's TestMain does. It also turns on the
+// feature gate ResourceHealthStatus, on by default from v1.36 and off in v1.35: without it the
+// kubelet announces no health change, and the benchmarks that end when a pod's health update
+// is announced (ListAndWatchUpdate, Restart) would never end. It lives outside the test files
+// so that the per-release module's `go mod tidy` keeps what it needs.
+func setup() {
+	klog.SetLogger(logr.Discard())
+	kubeletmetrics.Register()
+	if err := utilfeature.DefaultMutableFeatureGate.Set("ResourceHealthStatus=true"); err != nil {
+		panic(err)
+	}
+}
+
+// kubeletSide is the device manager of the kubelet release the building module pins.
+var kubeletSide = suite.Side{Name: sideName(), Kubelet: true, Launch: startKubelet}
+
+// name is the policy name of the kubelet this binary is built with, as the table in
+// devicemanager/kubelets.go names its rows ("kubelet-1.N"). A test binary carries no
+// module list to read it from, so cmd/benchcompare sets it at link time from the row whose
+// module builds the binary (-ldflags -X .../olderkubelet.name=kubelet-1.N; the module's
+// pin is checked against the row by TestModulesFollowTable).
+var name string
+
+// sideName is name, or "kubelet-unknown" for a binary built without it.
+func sideName() string {
+	if name == "" {
+		return "kubelet-unknown"
+	}
+	return name
+}
 
 // kubeletManager is the kubelet's ManagerImpl, built by NewKubeletManager.
 type kubeletManager struct {
@@ -39,7 +73,7 @@ func (noAffinity) Name() string                      { return "none" }
 // (Start with the pod source, no containers known to the runtime).
 func startKubelet(tb testing.TB, dir string, pods *suite.PodList) suite.Manager {
 	tb.Helper()
-	m, err := NewKubeletManager(logr.Discard(), filepath.Join(dir, suite.KubeletSocketName), nil, noAffinity{})
+	m, err := NewKubeletManager(logr.Discard(), filepath.Join(dir, suite.KubeletSocketName), noAffinity{})
 	if err != nil {
 		tb.Fatalf("kubelet device manager: %v", err)
 	}

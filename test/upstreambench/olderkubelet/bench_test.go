@@ -1,12 +1,10 @@
-package kubelet136
+//go:build olderkubelet
+
+package olderkubelet
 
 import (
 	"os"
 	"testing"
-
-	"github.com/go-logr/logr"
-	"k8s.io/klog/v2"
-	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
 
 	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
@@ -17,12 +15,11 @@ func TestMain(m *testing.M) {
 	if suite.RunPluginProcess() { // this binary was started as a plugin (suite.PluginProcess)
 		return
 	}
-	klog.SetLogger(logr.Discard())
-	kubeletmetrics.Register()
+	setup()
 	os.Exit(m.Run())
 }
 
-// The parent module's benchmarks under the same names, for the kubelet v1.36 alone: kdm is
+// The parent module's benchmarks under the same names, for this kubelet release alone: kdm is
 // measured once, by the parent module's binary, in the same rounds.
 
 var sides = []suite.Side{kubeletSide}
@@ -51,7 +48,7 @@ func BenchmarkAllocateBeside(b *testing.B) { suite.AllocateBeside(b, sides) }
 
 func BenchmarkRestart(b *testing.B) { suite.Restart(b, sides) }
 
-// TestKubeletConstructor checks the go:linkname'd constructor against the kubelet v1.36 (see
+// TestKubeletConstructor checks the go:linkname'd constructor against the pinned kubelet (see
 // suite.CheckConstructor).
 func TestKubeletConstructor(t *testing.T) { suite.CheckConstructor(t, kubeletSide) }
 
@@ -59,6 +56,17 @@ func TestKubeletConstructor(t *testing.T) { suite.CheckConstructor(t, kubeletSid
 // suite.CheckRestartSettles).
 func TestRestartSettles(t *testing.T) { suite.CheckRestartSettles(t, kubeletSide) }
 
-// TestPluginProcess checks the large benchmarks' plugin process against the kubelet v1.36
+// TestPluginProcess checks the large benchmarks' plugin process against the pinned kubelet
 // (see suite.CheckPluginProcess).
 func TestPluginProcess(t *testing.T) { suite.CheckPluginProcess(t, kubeletSide) }
+
+// TestSideName: a binary built with its name says so, and one built without it is marked
+// rather than taking another release's name.
+func TestSideName(t *testing.T) {
+	if name == "" && kubeletSide.Name != "kubelet-unknown" {
+		t.Errorf("unnamed binary's side is %q", kubeletSide.Name)
+	}
+	if name != "" && kubeletSide.Name != name {
+		t.Errorf("side %q, built as %q", kubeletSide.Name, name)
+	}
+}
