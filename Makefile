@@ -126,7 +126,7 @@ powercut:
 	$(GO) test -race -count=1 -timeout 5m ./internal/powercut
 	$(GO) test -race -count=1 -timeout 5m -run 'TestPowerCut' -v ./devicemanager
 
-## powercut-kubelet: the kubelet v1.37's own device manager and kdm under every policy through
+## powercut-kubelet: the newest kubelet's own device manager (test/upstreambench's own module) and kdm under every policy through
 ## the same power cuts (nested module test/upstreambench); prints, per manager, how many cut
 ## points lose an allocation whose Allocate returned (docs/defects.md quotes it). Compiles a
 ## large part of k8s.io/kubernetes on a cold build cache.

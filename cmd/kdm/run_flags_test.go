@@ -204,7 +204,7 @@ func TestVersionStamped(t *testing.T) {
 	if code := run([]string{"version"}, &out, &errOut); code != 0 {
 		t.Fatalf("kdm version: exit %d, stderr %q", code, errOut.String())
 	}
-	if got, want := out.String(), "kdm 0.1.0-3-gabcdef1 (commit abcdef123456, kubelet "+agent.Version+")\n"; got != want {
+	if got, want := out.String(), "kdm 0.1.0-3-gabcdef1 (commit abcdef123456, kubelet "+agent.ReportedVersion()+")\n"; got != want {
 		t.Errorf("kdm version printed %q, want %q", got, want)
 	}
 	out.Reset()
