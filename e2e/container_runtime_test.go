@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -210,7 +208,7 @@ func (rn *runtimeNode) probeReport(podName, container string) containerdtest.Pro
 			var b []byte
 			if b, err = os.ReadFile(logs[len(logs)-1]); err == nil {
 				var r containerdtest.ProbeReport
-				if r, err = containerdtest.ParseProbe(criLogPayload(b)); err == nil {
+				if r, err = containerdtest.ParseProbe(containerdtest.CRILogPayload(b)); err == nil {
 					return r
 				}
 			}
@@ -221,21 +219,6 @@ func (rn *runtimeNode) probeReport(podName, container string) containerdtest.Pro
 	}
 	rn.t.Fatalf("no probe report of %s/%s within 30s: %v", podName, container, err)
 	return nil
-}
-
-// criLogPayload strips the CRI log prefix ("<time> <stream> <tag> ") from each line.
-func criLogPayload(b []byte) []byte {
-	var out bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), " ", 4)
-		if len(parts) == 4 {
-			out.WriteString(parts[3])
-			out.WriteByte('\n')
-		}
-	}
-	return out.Bytes()
 }
 
 // containersOf lists the runtime's containers of the pod (running or not), by name.
@@ -660,7 +643,7 @@ func (cn *clusterNode) probeReportOf(rn *runtimeNode, name string, p *v1.Pod) co
 		path := filepath.Join(rn.rootDir, "kdm", "pod-logs", fmt.Sprintf("%s_%s_%s", p.Namespace, name, p.UID), "main", "0.log")
 		if b, err = os.ReadFile(path); err == nil {
 			var r containerdtest.ProbeReport
-			if r, err = containerdtest.ParseProbe(criLogPayload(b)); err == nil {
+			if r, err = containerdtest.ParseProbe(containerdtest.CRILogPayload(b)); err == nil {
 				return r
 			}
 		}
