@@ -95,7 +95,7 @@ func TestAPIServerPodSource(t *testing.T) {
 			t.Errorf("allocatable %s = %v, want the host's", name, q.String())
 		}
 	}
-	if info := node.Status.NodeInfo; info.OSImage == "" || info.KernelVersion == "" || info.KubeletVersion != Version {
+	if info := node.Status.NodeInfo; info.OSImage == "" || info.KernelVersion == "" || info.KubeletVersion != ReportedVersion() {
 		t.Errorf("nodeInfo %+v", info)
 	}
 	if len(node.Status.Addresses) == 0 || node.Status.Addresses[0].Type != v1.NodeInternalIP {
