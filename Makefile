@@ -79,7 +79,7 @@ install-files:
 
 ## check: the inner loop: formatting, vet, staticcheck and the race-enabled short tests, which
 ## skip what needs a kube-apiserver, a browser, the whole conformance suite or a crash loop.
-## About 70 s warm; `make test` runs everything.
+## About three minutes warm; `make test` runs everything.
 check: lint short
 
 # The short tests mostly wait on sockets and child processes, not the CPU: run at least four
