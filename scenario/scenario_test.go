@@ -130,3 +130,33 @@ func TestRollingUpdateBesideAnotherInstance(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthChangeNobodyServes: a device's health changes on a plugin whose instances all run
+// unserved (the kubelet 1.36 serves none after the served one exits). The step reports that
+// the manager does not see it instead of waiting for a count that cannot come; under the
+// policies that hand the resource to a remaining instance, the change is seen and counted.
+func TestHealthChangeNobodyServes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "script.txt")
+	script := "kubelet start\n----\n\nplugin start gpu devices=4\n----\n\nplugin add-instance gpu\n----\n\n" +
+		"plugin rolling-update gpu\n----\n\nplugin stop-instance gpu gpu-3.sock\n----\n\ndevice unhealthy gpu gpu-0\n----\n"
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range Policies() {
+		tl, err := RunFile(path, policy)
+		if err != nil {
+			t.Errorf("%s: %v", policy, err)
+			continue
+		}
+		last := tl.Steps[len(tl.Steps)-1]
+		unseen := strings.Contains(strings.Join(last.Lines, "\n"), "the manager does not see it")
+		served := strings.Contains(strings.Join(tl.Steps[len(tl.Steps)-2].Lines, "\n"), "serves example.com/gpu (")
+		if unseen == served {
+			t.Errorf("%s: a remaining instance serves the resource: %v; the health change reported unseen: %v\n%s",
+				policy, served, unseen, strings.Join(last.Lines, "\n"))
+		}
+		if c := last.Counts["example.com/gpu"]; served && c[1] != 3 {
+			t.Errorf("%s: allocatable %d after gpu-0 went unhealthy, want 3", policy, c[1])
+		}
+	}
+}
