@@ -170,7 +170,7 @@ explore:
 ## given; KDM_CRASHLOOP_SEED replays a run). The timeout scales with the rounds.
 KDM_CRASHLOOP_ROUNDS ?= 300
 crashloop:
-	KDM_CRASHLOOP_ROUNDS=$(KDM_CRASHLOOP_ROUNDS) $(GO) test -race -count=1 -timeout $$(( 10 + $(KDM_CRASHLOOP_ROUNDS) / 2 ))m -run TestCrashLoop ./e2e/
+	KDM_CRASHLOOP_ROUNDS=$(KDM_CRASHLOOP_ROUNDS) $(GO) test -race -count=1 -v -timeout $$(( 10 + $(KDM_CRASHLOOP_ROUNDS) / 2 ))m -run TestCrashLoop ./e2e/
 
 ## demo: the tour on an embedded default: manager, mock GPUs, sample pods, checkpoint, restart.
 demo:

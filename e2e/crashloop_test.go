@@ -79,6 +79,10 @@ type crashLoop struct {
 	expect map[string][]string
 	// history is every action so far, for the failure report.
 	history []string
+	// kills counts the rounds per kind of kill, and checked the admitted pods whose devices
+	// were checked after a round, for the closing summary.
+	kills   [4]int
+	checked int
 }
 
 func (cl *crashLoop) run(rounds int) {
@@ -88,7 +92,10 @@ func (cl *crashLoop) run(rounds int) {
 	for cl.round = 1; cl.round <= rounds; cl.round++ {
 		cl.playRound()
 		cl.settle("after the round")
+		cl.checked += len(cl.expect)
 	}
+	cl.t.Logf("%s: %d rounds clean: SIGKILLed kdm in %d, the plugin in %d, both in %d; %d admitted pods' devices checked after a round",
+		cl.policy, rounds, cl.kills[killKdm], cl.kills[killPlugin], cl.kills[killBoth], cl.checked)
 	cl.kdm.terminate(cl.t)
 	cl.n.killPlugins()
 }
@@ -134,6 +141,7 @@ func (cl *crashLoop) playRound() {
 	case p < 70:
 		kill = killBoth
 	}
+	cl.kills[kill]++
 	nFile := 1 + cl.r.Intn(3)
 	killAt := cl.r.Intn(nFile + 1)
 	for i := 0; i <= nFile; i++ {
