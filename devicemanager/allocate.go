@@ -49,6 +49,10 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		}
 	}
 	defer persistCollected()
+	// waiter is this container's place in the order of admissions that waited for a device
+	// plugin (sleepUntil), held until its allocation ends.
+	var waiter *sleeper
+	defer m.leaveWaitOrder(&waiter)
 	for {
 		m.mu.Lock()
 		s := steps.Next(m.st)
@@ -59,11 +63,11 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		case state.StepPassOver:
 		case state.StepAwaitUnknown:
 			persistCollected() // the resource may be waited for
-			steps.Served(m.awaitUnknownResource(ctx, pod, c.Name, s.Resource))
+			steps.Served(m.awaitUnknownResource(ctx, pod, c.Name, s.Resource, &waiter))
 		case state.StepCollect:
 			collected = m.collectInactivePods()
 		case state.StepSelect:
-			steps.Selected(m.devicesToAllocateWithDeferral(ctx, pod, c.Name, s.Resource, s.Required, s.Reusable, persistCollected))
+			steps.Selected(m.devicesToAllocateWithDeferral(ctx, pod, c.Name, s.Resource, s.Required, s.Reusable, &waiter, persistCollected))
 		case state.StepAllocate:
 			steps.Allocated(m.callAllocate(ctx, s.Pick))
 		case state.StepWrite:

@@ -92,7 +92,9 @@ type Manager struct {
 	startedAt    time.Time                   // when Start ran: opens the unknown-resource window of DeferAdmission
 	sources      Sources
 	deviceChange chan struct{}         // closed and replaced whenever endpoints or device sets change
-	sleepers     map[*sleeper]struct{} // admissions asleep in sleepUntil (AdmissionsAsleep)
+	sleepers     map[*sleeper]struct{} // admissions that waited for a plugin, until their allocation ends (waitorder.go)
+	lastTicket   uint64                // the order in which sleepers first waited
+	turnChange   chan struct{}         // closed and replaced when a sleeper sleeps again or leaves
 	// restoring is set while a goroutine started by Start restores the checkpoint, holding mu
 	// (restoreConcurrently).
 	restoring atomic.Bool
@@ -168,6 +170,7 @@ func New(cfg Config) (*Manager, error) {
 		rules:         cfg.Policy.Rules(cfg.GracePeriod),
 		endpoints:     map[string]endpointInfo{},
 		deviceChange:  make(chan struct{}),
+		turnChange:    make(chan struct{}),
 		writeRequests: make(chan struct{}, 1),
 	}
 	if err := registerResourceCollector(cfg.Registerer, m); err != nil {

@@ -3,7 +3,6 @@ package devicemanager
 import (
 	"context"
 	"fmt"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -15,8 +14,9 @@ import (
 // devicesToAllocateWithDeferral is devicesToAllocate, except that a refusal the core's
 // deferral decision (state.Rules.Defer) waits out is waited out: the wait's every step
 // (retry, sleep until a deadline on the manager's clock, fail) is the core's decision, the
-// same one the simulator (package explore) carries out. beforeWait runs before the first wait.
-func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string], beforeWait func()) (sets.Set[string], error) {
+// same one the simulator (package explore) carries out. beforeWait runs before the first wait;
+// waiter is the container's place among the admissions that waited (sleepUntil).
+func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod, container, res string, required int, reusable sets.Set[string], waiter **sleeper, beforeWait func()) (sets.Set[string], error) {
 	ids, err := m.devicesToAllocate(ctx, pod, container, res, required, reusable)
 	if err == nil {
 		return ids, nil
@@ -52,81 +52,10 @@ func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod
 				m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
 			}
 		}
-		if err := m.sleepUntil(ctx, changed, w.Until); err != nil {
+		if err := m.sleepUntil(ctx, waiter, res, changed, w.Until); err != nil {
 			return nil, d.Cancelled(err)
 		}
 	}
-}
-
-// sleepUntil waits for a device change or until the manager's clock reaches until, and
-// returns ctx's error if it ends first.
-func (m *Manager) sleepUntil(ctx context.Context, changed <-chan struct{}, until time.Time) error {
-	timer := m.cfg.Clock.NewTimer(until.Sub(m.cfg.Clock.Now()))
-	defer timer.Stop()
-	w := &sleeper{until: until, changed: changed}
-	m.mu.Lock()
-	if m.sleepers == nil {
-		m.sleepers = map[*sleeper]struct{}{}
-	}
-	m.sleepers[w] = struct{}{}
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.sleepers, w)
-		m.mu.Unlock()
-	}()
-	select {
-	case <-changed:
-	case <-timer.C():
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
-}
-
-// sleeper is one admission asleep in sleepUntil: until when, and the device-change broadcast
-// that wakes it.
-type sleeper struct {
-	until   time.Time
-	changed <-chan struct{}
-}
-
-// AdmissionsAsleep reports how many admissions wait for a device plugin (Policy.DeferAdmission)
-// with nothing to wake them yet: their deadline is ahead on the manager's clock and no device
-// changed since they last looked. A harness that drives the manager step by step on a fake
-// clock (package scenario) waits until every admission it started has finished or is asleep.
-func (m *Manager) AdmissionsAsleep() int {
-	now := m.cfg.Clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for w := range m.sleepers {
-		select {
-		case <-w.changed:
-			continue
-		default:
-		}
-		if now.Before(w.until) {
-			n++
-		}
-	}
-	return n
-}
-
-// NextWake returns the earliest moment on the manager's clock at which an admission asleep
-// waiting for a device plugin looks again without a device change, and false when none
-// sleeps. A harness on a fake clock steps to it, so that each wait ends at its own time.
-func (m *Manager) NextWake() (time.Time, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var next time.Time
-	found := false
-	for w := range m.sleepers {
-		if !found || w.until.Before(next) {
-			next, found = w.until, true
-		}
-	}
-	return next, found
 }
 
 // awaitUnknownResource decides what happens to a container asking for a resource no plugin
@@ -137,7 +66,7 @@ func (m *Manager) NextWake() (time.Time, bool) {
 // come back in any order; it reports true when the resource is served. Past the window, it
 // admits as the kubelet does, with a warning that names the resource. A container that was
 // running before the restart never waits: it keeps what it has (the restart bypass).
-func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, container, res string) (bool, error) {
+func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, container, res string, waiter **sleeper) (bool, error) {
 	if !m.cfg.Policy.DeferAdmission {
 		return false, nil
 	}
@@ -167,7 +96,7 @@ func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, contain
 			}
 			notified = true
 		}
-		if err := m.sleepUntil(ctx, changed, w.Until); err != nil {
+		if err := m.sleepUntil(ctx, waiter, res, changed, w.Until); err != nil {
 			return false, fmt.Errorf("stopped waiting for a device plugin to register %s: %w", res, err)
 		}
 	}

@@ -1,0 +1,145 @@
+package devicemanager
+
+import (
+	"context"
+	"time"
+)
+
+// Admissions that wait for a device plugin (Policy.DeferAdmission) are woken together by a
+// device change, when the plugin registers or sends its list. Woken, they go on in the order
+// they first began to wait, per resource: each container's allocation that waited for a
+// resource ends (or waits again) before a later waiter of that resource looks at the devices.
+// So the pods a returning plugin can serve are the first that asked, as the kubelet's
+// one-at-a-time admission would have served them, not whichever goroutine runs first; and the
+// simulator (package explore), which runs woken admissions in start order, predicts which.
+
+// sleeper is one container's allocation that has waited for a device plugin, from its first
+// wait until the allocation ends: its place in the order (ticket), the resource it waited
+// for last, and what wakes it (the deadline on the manager's clock, the device-change
+// broadcast it went to sleep on). Its fields are guarded by the manager's mu.
+type sleeper struct {
+	ticket  uint64
+	res     string
+	until   time.Time
+	changed <-chan struct{}
+}
+
+// awake reports whether the sleeper has been woken (or is about to be) and not gone back to
+// sleep: its broadcast came or its deadline passed.
+func (w *sleeper) awake(now time.Time) bool {
+	select {
+	case <-w.changed:
+		return true
+	default:
+		return !now.Before(w.until)
+	}
+}
+
+// sleepUntil waits for a device change or until the manager's clock reaches until, then for
+// its turn: until no admission that began to wait for res before this one is awake. *waiter
+// is the container's place in that order, taken at its first wait. It returns ctx's error if
+// ctx ends first.
+func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, res string, changed <-chan struct{}, until time.Time) error {
+	timer := m.cfg.Clock.NewTimer(until.Sub(m.cfg.Clock.Now()))
+	defer timer.Stop()
+	m.mu.Lock()
+	w := *waiter
+	if w == nil {
+		m.lastTicket++
+		w = &sleeper{ticket: m.lastTicket}
+		*waiter = w
+		if m.sleepers == nil {
+			m.sleepers = map[*sleeper]struct{}{}
+		}
+		m.sleepers[w] = struct{}{}
+	}
+	w.res, w.until, w.changed = res, until, changed
+	m.signalTurnLocked() // asleep again: later waiters need not wait for it
+	m.mu.Unlock()
+	select {
+	case <-changed:
+	case <-timer.C():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		m.mu.Lock()
+		turn, ahead := m.turnChange, m.earlierAwakeLocked(w)
+		m.mu.Unlock()
+		if !ahead {
+			return nil
+		}
+		select {
+		case <-turn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// earlierAwakeLocked reports whether an admission that began to wait for w's resource before
+// w is awake, so goes first. Callers hold mu.
+func (m *Manager) earlierAwakeLocked(w *sleeper) bool {
+	now := m.cfg.Clock.Now()
+	for s := range m.sleepers {
+		if s.res == w.res && s.ticket < w.ticket && s.awake(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// leaveWaitOrder ends the container's place in the order of waiting admissions, if it took
+// one, and lets the next go.
+func (m *Manager) leaveWaitOrder(waiter **sleeper) {
+	if *waiter == nil {
+		return
+	}
+	m.mu.Lock()
+	delete(m.sleepers, *waiter)
+	m.signalTurnLocked()
+	m.mu.Unlock()
+}
+
+// signalTurnLocked wakes the admissions waiting for their turn. Callers hold mu.
+func (m *Manager) signalTurnLocked() {
+	close(m.turnChange)
+	m.turnChange = make(chan struct{})
+}
+
+// AdmissionsAsleep reports how many admissions wait for a device plugin (Policy.DeferAdmission)
+// with nothing to wake them yet: their deadline is ahead on the manager's clock and no device
+// changed since they last looked. A harness that drives the manager step by step on a fake
+// clock (package scenario) waits until every admission it started has finished or is asleep.
+func (m *Manager) AdmissionsAsleep() int {
+	now := m.cfg.Clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for w := range m.sleepers {
+		if !w.awake(now) {
+			n++
+		}
+	}
+	return n
+}
+
+// NextWake returns the earliest moment on the manager's clock at which an admission asleep
+// waiting for a device plugin looks again without a device change, and false when none
+// sleeps. A harness on a fake clock steps to it, so that each wait ends at its own time.
+func (m *Manager) NextWake() (time.Time, bool) {
+	now := m.cfg.Clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Time
+	found := false
+	for w := range m.sleepers {
+		if w.awake(now) {
+			continue
+		}
+		if !found || w.until.Before(next) {
+			next, found = w.until, true
+		}
+	}
+	return next, found
+}
