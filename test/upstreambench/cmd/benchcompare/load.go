@@ -63,11 +63,15 @@ func (g loadGate) start(writing bool) (load, error) {
 	if err != nil {
 		l = unknownLoad
 	}
-	if writing && !g.allowLoaded && !g.quiet(l) {
-		return l, fmt.Errorf("the 1-minute load average before the run is %s, above the %d CPUs (or unreadable: %v): "+
-			"other work competes for them; run on a quiet machine, or pass -loaded to write the tables marked %q", figure(l), g.cpus, err, loadedMark)
+	if !writing || g.allowLoaded || g.quiet(l) {
+		return l, nil
 	}
-	return l, nil
+	const advice = "run on a quiet machine, or pass -loaded to write the tables marked %q"
+	if err != nil {
+		return l, fmt.Errorf("cannot read the load average before the run (%w): "+advice, err, loadedMark)
+	}
+	return l, fmt.Errorf("the 1-minute load average before the run is %s, above the %d CPUs: other work competes for them; "+advice,
+		figure(l), g.cpus, loadedMark)
 }
 
 // end reads the load after a run.
