@@ -132,7 +132,7 @@ func run() error {
 	writeHeader(&b, started, loadBefore, loadAfter, *roundsN, *benchtime)
 	b.WriteString("One table per kubelet release; kdm's column is the same run in each. Each cell: median (min..max) over the rounds. " +
 		"The ratios are computed per round: kubelet / kdm above 1, kdm is faster; kdm / floor is kdm's time over its floor's, " +
-		"the `Floor/` row of the same round named in the last column: a lower bound of the row's op, so the ratio is at least 1, " +
+		"the `Floor/` row of the same round named in the last column: a lower bound of the row's op, so the ratio is at least 1 but for the noise of disk syncs, " +
 		"and how far above 1 is what kdm's op costs beyond the work it cannot avoid. " +
 		"The references (`Reference/`) are not lower bounds and have no ratio.\n\n")
 	b.WriteString(render(rs, kubelets))
