@@ -43,6 +43,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -296,6 +297,9 @@ func (t testBinary) run(dir, bench, benchtime, off string) ([]result, error) {
 // (BenchmarkAllocate, BenchmarkFloor, ...) in a process of its own, so that no benchmark
 // measures the leftovers of another (a heap grown by a million-device list, the writeback of
 // its 36 MiB files); within one, the kubelet's sub-benchmark still runs right before kdm's.
+// When BenchmarkFloor is among them, the floors of a benchmark's kdm rows run right after it,
+// in a process of their own, so that a row and its floor see the same machine; BenchmarkFloor
+// then runs on its own only if no row named a floor.
 func (t testBinary) runEach(dir, bench, benchtime string) ([]result, error) {
 	first, rest := splitBench(bench)
 	cmd := exec.Command(t.path, "-test.list", first)
@@ -304,18 +308,62 @@ func (t testBinary) runEach(dir, bench, benchtime string) ([]result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the benchmarks of %s: %w", t.module, err)
 	}
-	var all []result
+	var names []string
+	hasFloor := false
 	for _, name := range strings.Fields(string(out)) {
-		if !strings.HasPrefix(name, "Benchmark") {
-			continue // a test or an example
+		switch {
+		case !strings.HasPrefix(name, "Benchmark"): // a test or an example
+		case name == floorBenchmark:
+			hasFloor = true
+		default:
+			names = append(names, name)
 		}
+	}
+	var all []result
+	floorsRun := false
+	for _, name := range names {
 		results, err := t.run(dir, "^"+regexp.QuoteMeta(name)+"$"+rest, benchtime, "")
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, results...)
+		if pattern := floorPattern(results); hasFloor && pattern != "" {
+			floors, err := t.run(dir, pattern, benchtime, "")
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, floors...)
+			floorsRun = true
+		}
+	}
+	if hasFloor && !floorsRun {
+		floors, err := t.run(dir, "^"+floorBenchmark+"$"+rest, benchtime, "")
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, floors...)
 	}
 	return all, nil
+}
+
+// floorBenchmark is the top-level benchmark of the floors.
+const floorBenchmark = "BenchmarkFloor"
+
+// floorPattern is the -bench pattern of the floors of results' kdm rows, "" if they have none.
+func floorPattern(results []result) string {
+	var subs []string
+	for _, res := range results {
+		if name := floorFor(res.name); name != "" {
+			sub := regexp.QuoteMeta(strings.TrimPrefix(name, "Floor/"))
+			if !slices.Contains(subs, sub) {
+				subs = append(subs, sub)
+			}
+		}
+	}
+	if len(subs) == 0 {
+		return ""
+	}
+	return "^" + floorBenchmark + "$/^(" + strings.Join(subs, "|") + ")$"
 }
 
 // splitBench splits a -bench pattern into the part that matches top-level benchmarks and the

@@ -244,3 +244,27 @@ func TestModulesFollowTable(t *testing.T) {
 		t.Errorf("buildArgs of the parent = %q", got)
 	}
 }
+
+// TestFloorPattern checks the pattern that runs the floors of a benchmark's kdm rows right
+// after it: each floor once, matched exactly, and nothing for rows without a floor.
+func TestFloorPattern(t *testing.T) {
+	got := floorPattern([]result{
+		r("Allocate/pods=0/kubelet-1.37", 1), r("Allocate/pods=0/kdm", 1),
+		r("Allocate/pods=100,departs=newest/kdm", 1), {name: "Allocate/pods=10000,departs=newest/kubelet-1.37", skipped: "not run"},
+		r("ListAndWatchUpdate/devices=1000/kdm", 1), r("ListAndWatchUpdate/devices=1000/kdm,policy=kdm", 1),
+	})
+	want := `^BenchmarkFloor$/^(allocate\+entry,pods=0|allocate\+entry,pods=100,departs=newest|listandwatch\+write,devices=1000|listandwatch,devices=1000)$`
+	if got != want {
+		t.Errorf("floorPattern = %q, want %q", got, want)
+	}
+	re := regexp.MustCompile(strings.Split(got, "/")[1])
+	for sub, match := range map[string]bool{"allocate+entry,pods=0": true, "allocate+entry,pods=100,departs=newest": true,
+		"allocate+entry,pods=1000,departs=newest": false, "allocate+entry,pods=100,departs=oldest": false, "listandwatch,devices=1000": true} {
+		if re.MatchString(sub) != match {
+			t.Errorf("the pattern matches %q: %v, want %v", sub, !match, match)
+		}
+	}
+	if got := floorPattern([]result{r("CheckpointEncode/pods=1000,devices=4/kdm", 1), r("Allocate/pods=0/kubelet-1.37", 1)}); got != "" {
+		t.Errorf("floorPattern of rows without floors = %q, want \"\"", got)
+	}
+}
