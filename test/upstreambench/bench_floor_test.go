@@ -3,6 +3,7 @@ package upstreambench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,147 +12,78 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kdm-project/kdm/checkpoint"
 	"github.com/kdm-project/kdm/test/upstreambench/suite"
 )
 
-// BenchmarkFloor measures, in the same run as the managers, what no device manager can go
-// below for each benchmark: the transport and the disk work its op cannot avoid, and nothing
-// else. cmd/benchcompare prints every kdm row as a multiple of its floor.
+// BenchmarkFloor measures, in the same run as the managers, a lower bound of each row's op:
+// only what the op must do, the cheapest way there is, and nothing else. cmd/benchcompare
+// prints every kdm row as a multiple of its floor (floorRules there). Every floor talks to the
+// same plugin stub as its row, with the row's device count (the stub builds a map of all its
+// devices on every Allocate, which every manager waits for), receives the plugin's messages
+// without decoding them (rawCodec), and writes the checkpoint as inPlace does: only the bytes
+// the op must change, overwritten in place in a spare of the same size, fdatasync, an
+// exchange of names, and the directory's fsync where the row's durability needs it. No floor
+// computes a checksum: how little of its text a manager can hash is the manager's design, so
+// no measured checksum is a lower bound.
 //
-//   - rpc: one empty unary gRPC round trip over a unix socket.
-//   - allocate: the round trip every Allocate op makes: the plugin stub's Allocate of one
-//     device, with the response the managers receive (see allocateRPC).
-//   - rpc+newfile: rpc and a 64-byte durable replacement through a new file (write, fsync,
-//     rename, directory fsync), the way the kubelet writes plus the directory fsync; kept for
-//     comparison with earlier tables.
-//   - rpc+overwrite,pods=K: allocate and the durable replacement of a file as large as the
-//     checkpoint of Allocate/pods=K (K+1 pods of one device), the cheapest way there is:
-//     overwrite a preallocated file of that size, fdatasync it, exchange its name with the
-//     checkpoint's (renameat2 RENAME_EXCHANGE, as kdm's store does) and fsync the directory.
-//     The file is in the directory the stub serves and has an inotify watch on, as a manager's
-//     checkpoint is.
-//   - checksum+overwrite,devices=N: the kubelet's checksum of the checkpoint of
-//     ListAndWatchUpdate/devices=N (one pod, N registered devices; computed by kdm's emitter,
-//     the fastest there is) and its durable replacement as above. Under the kubelet's policy
-//     every device-list update rehashes and writes the registered devices.
-//   - rpc+checksum+overwrite,beside=N: the same for AllocateBeside/devices=N's checkpoint,
-//     with allocate, in the stub's directory.
-//   - listandwatch,devices=N: the transport of ListAndWatchUpdate/devices=N: the same plugin
-//     (in a process of its own from KubeletMaxDevices up, as there) sends the same lists to a
-//     receiver that only decodes them; the op ends at the receiver's signal.
-//   - restart,devices=1000,pods=250: the transport and reading of Restart: the checkpoint of
-//     250 pods read from disk, and the plugin serving again, registering with a receiver that
-//     connects back and takes its first list.
-//   - checksum,pods=1000,devices=4 and checksum+overwrite,pods=1000,devices=4: the checksum of
-//     the Checkpoint* rows' data, and with its durable replacement.
+//   - allocate+entry,pods=K[,departs=O] (Allocate/pods=K[,departs=O]): the plugin's Allocate
+//     from a stub of K+1 devices, and the replacement of that row's checkpoint (K+1 pods of one
+//     device) changing one entry, the arriving pod's, where the departed pod's entry was (the
+//     last for departs=newest, the oldest's for departs=oldest, one drawn at random for
+//     departs=random), and the checksum's digits, with the directory's fsync: Allocate's
+//     result must survive a power cut.
+//   - allocate+entry,beside=N (AllocateBeside/devices=N): the same with that row's stub of one
+//     device, in a checkpoint that also lists N registered devices of the large resource.
+//   - listandwatch+write,devices=N (ListAndWatchUpdate/devices=N under the kubelet's
+//     policy): the same plugin (in a process of its own from KubeletMaxDevices up, as there)
+//     sends the same lists to a receiver, which after each list, on the stream, changes the
+//     flipped device's place in the registered devices and the checksum, without a directory
+//     fsync (a health flip's write changes nothing a restart reads). The op ends when the list
+//     has arrived, as the managers announce a list before they write it.
+//   - listandwatch,devices=1000 (the kdm-policy row, whose write runs off the stream): the
+//     transport alone.
+//   - restart,devices=1000,pods=250 (Restart): the checkpoint read from disk, and the plugin
+//     serving again, registering with a receiver that connects back and takes its first list.
+//
+// The Checkpoint* rows have no floor; BenchmarkReference measures what they are compared with.
 func BenchmarkFloor(b *testing.B) {
-	b.Run("rpc", func(b *testing.B) {
-		c := emptyRPC(b)
-		for b.Loop() {
-			c()
-		}
-	})
-	b.Run("allocate", func(b *testing.B) {
-		c := allocateRPC(b, suite.ShortDir(b))
-		for b.Loop() {
-			c()
-		}
-	})
-	b.Run("rpc+newfile", func(b *testing.B) {
-		c, w := emptyRPC(b), newFileWrite(b, make([]byte, 64))
-		for b.Loop() {
-			c()
-			w()
-		}
-	})
 	for _, k := range []int{0, 100, 1000, 10000} {
-		b.Run(fmt.Sprintf("rpc+overwrite,pods=%d", k), func(b *testing.B) {
-			d := kdmData(suite.CheckpointData(b, k+1, 1, k+1, false))
-			enc := encode(b, d)
-			dir := suite.ShortDir(b)
-			c, w := allocateRPC(b, dir), overwrite(b, dir, enc)
-			for b.Loop() {
-				c()
-				w()
+		orders := []string{suite.DepartsNewest, suite.DepartsOldest, suite.DepartsRandom}
+		if k == 0 {
+			orders = []string{""}
+		}
+		for _, order := range orders {
+			name := fmt.Sprintf("allocate+entry,pods=%d", k)
+			if order != "" {
+				name += ",departs=" + order
 			}
-			reportFile(b, enc)
+			b.Run(name, func(b *testing.B) {
+				allocateFloor(b, kdmData(suite.CheckpointData(b, k+1, 1, k+1, false)), k+1, departures(order, k+1))
+			})
+		}
+	}
+	for _, n := range []int{suite.KubeletMaxDevices(), suite.LargeDevices} {
+		b.Run(fmt.Sprintf("allocate+entry,beside=%d", n), func(b *testing.B) {
+			d := kdmData(suite.CheckpointData(b, 1, 1, 1, false))
+			d.RegisteredDevices[suite.LargeResource] = kdmData(suite.CheckpointData(b, 0, 0, n, false)).RegisteredDevices[suite.ResourceName]
+			allocateFloor(b, d, 1, departures("", 1))
 		})
 	}
 	for _, n := range []int{1000, suite.KubeletMaxDevices(), suite.LargeDevices} {
-		b.Run(fmt.Sprintf("checksum+overwrite,devices=%d", n), func(b *testing.B) {
-			d := kdmData(suite.CheckpointData(b, 1, 1, n, false))
-			enc := encode(b, d)
-			w := overwrite(b, suite.ShortDir(b), enc)
-			for b.Loop() {
-				checkpoint.Checksum(d)
-				w()
-			}
-			reportFile(b, enc)
-		})
+		b.Run(fmt.Sprintf("listandwatch+write,devices=%d", n), func(b *testing.B) { listAndWatchFloor(b, n, true) })
 	}
-	for _, n := range []int{suite.KubeletMaxDevices(), suite.LargeDevices} {
-		b.Run(fmt.Sprintf("rpc+checksum+overwrite,beside=%d", n), func(b *testing.B) {
-			d := kdmData(suite.CheckpointData(b, 1, 1, 1, false))
-			d.RegisteredDevices[suite.LargeResource] = kdmData(suite.CheckpointData(b, 0, 0, n, false)).RegisteredDevices[suite.ResourceName]
-			enc := encode(b, d)
-			dir := suite.ShortDir(b)
-			c, w := allocateRPC(b, dir), overwrite(b, dir, enc)
-			for b.Loop() {
-				c()
-				checkpoint.Checksum(d)
-				w()
-			}
-			reportFile(b, enc)
-		})
-	}
-	b.Run("listandwatch,devices=1000", func(b *testing.B) {
-		const n = 1000
-		dir := suite.ShortDir(b)
-		r := startReceiver(b, dir)
-		s := suite.StartPlugin(b, dir, suite.DeviceList(n)).S
-		r.wait(b, 1) // the first list
-		healthy, flipped := suite.DeviceList(n), suite.DeviceList(n)
-		flipped[0].Health = pluginapi.Unhealthy
-		i := int64(0)
-		for b.Loop() {
-			list := flipped
-			if i%2 == 1 {
-				list = healthy
-			}
-			s.Update(list)
-			r.wait(b, i+2)
-			i++
-		}
-	})
-	for _, n := range []int{suite.KubeletMaxDevices(), suite.LargeDevices} {
-		b.Run(fmt.Sprintf("listandwatch,devices=%d", n), func(b *testing.B) {
-			dir := suite.ShortDir(b)
-			r := startReceiver(b, dir)
-			p := suite.StartPluginProcess(b, dir, suite.ResourceName, n)
-			r.wait(b, 1)
-			p.Prepare(b, suite.DeviceID(0))
-			i := int64(0)
-			for b.Loop() {
-				if i%2 == 0 {
-					p.Send(b, "flip")
-				} else {
-					p.Send(b, "heal")
-				}
-				r.wait(b, i+2)
-				i++
-			}
-		})
-	}
+	b.Run("listandwatch,devices=1000", func(b *testing.B) { listAndWatchFloor(b, 1000, false) })
 	b.Run("restart,"+suite.RestartCase, func(b *testing.B) {
 		dir := suite.ShortDir(b)
 		suite.SeedCheckpoint(b, dir, suite.CheckpointData(b, suite.RestartPods, suite.RestartPerPod, suite.RestartPods*suite.RestartPerPod, false))
-		r := startReceiver(b, dir)
+		r := startReceiver(b, dir, nil)
 		p := suite.StartPlugin(b, dir, suite.DeviceList(suite.RestartPods*suite.RestartPerPod))
 		r.wait(b, 1)
 		lists := int64(1)
@@ -166,85 +98,117 @@ func BenchmarkFloor(b *testing.B) {
 			r.wait(b, lists)
 		}
 	})
-	b.Run("checksum,"+suite.CheckpointCase, func(b *testing.B) {
-		d := kdmData(suite.CheckpointBenchData(b))
-		for b.Loop() {
-			checkpoint.Checksum(d)
-		}
-	})
-	b.Run("checksum+overwrite,"+suite.CheckpointCase, func(b *testing.B) {
-		d := kdmData(suite.CheckpointBenchData(b))
-		enc := encode(b, d)
-		w := overwrite(b, suite.ShortDir(b), enc)
-		for b.Loop() {
-			checkpoint.Checksum(d)
-			w()
-		}
-		reportFile(b, enc)
-	})
 }
 
-// encode is d's checkpoint file.
-func encode(b *testing.B, d *checkpoint.Data) []byte {
-	b.Helper()
-	enc, err := checkpoint.Encode(d)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return enc
-}
-
-// reportFile adds the size of the file written to b's results (after the loop: b.Loop's
-// start deletes metrics reported before it).
-func reportFile(b *testing.B, enc []byte) { b.ReportMetric(float64(len(enc))/(1<<20), "file-MiB") }
-
-// optionsServer answers GetDevicePluginOptions with empty options and nothing else.
-type optionsServer struct {
-	pluginapi.UnimplementedDevicePluginServer
-}
-
-func (optionsServer) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{}, nil
-}
-
-// emptyRPC serves optionsServer on a unix socket and returns a function making one call.
-func emptyRPC(b *testing.B) func() {
-	b.Helper()
-	sock := filepath.Join(suite.ShortDir(b), "floor.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, optionsServer{})
-	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close(); srv.Stop(); <-served })
-	client := pluginapi.NewDevicePluginClient(conn)
-	call := func() {
-		if _, err := client.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
+// allocateFloor is the floor of an Allocate op on checkpoint d through a stub of devices
+// devices: the plugin's Allocate, then one entry (the one slot returns, per op) and the
+// checksum overwritten, fdatasync, exchange, directory fsync.
+func allocateFloor(b *testing.B, d *checkpoint.Data, devices int, slot func() int) {
+	enc := encode(b, d)
+	l := mustLayout(b, enc)
+	dir := suite.ShortDir(b)
+	c, w := allocateRPC(b, dir, devices), newInPlace(b, dir, enc)
+	for b.Loop() {
+		c()
+		if err := w.write(true, l.entries[slot()], l.checksum); err != nil {
 			b.Fatal(err)
 		}
 	}
-	call() // connect outside the timed loop
-	return call
+	reportFile(b, enc)
+	reportWritten(b, l.entries[0], l.checksum)
 }
 
-// allocateRPC returns a function making the call every Allocate op makes: the plugin stub's
-// Allocate of one device, answered as in the managers' benchmarks, and decoded with gRPC's
-// standard codec. The stub serves dir and registers with a receiver there, as in the
-// benchmarks; its inotify watch on dir then sees every file later written there, as it sees a
-// manager's checkpoint writes.
-func allocateRPC(b *testing.B, dir string) func() {
+// departures returns, per op, the place in a checkpoint of n entries of the entry that left
+// in the departure order: the last for DepartsNewest ("" too: the previous op's pod, at
+// pods=0 the only one), the oldest's (each place in turn) for DepartsOldest, a place drawn
+// at random for DepartsRandom. The arriving entry takes that place.
+func departures(order string, n int) func() int {
+	switch order {
+	case suite.DepartsOldest:
+		i := -1
+		return func() int { i = (i + 1) % n; return i }
+	case suite.DepartsRandom:
+		r := rand.New(rand.NewPCG(uint64(n), 0x5eed))
+		return func() int { return r.IntN(n) }
+	default:
+		return func() int { return n - 1 }
+	}
+}
+
+// listAndWatchFloor is the floor of ListAndWatchUpdate/devices=n: the plugin's lists,
+// alternately with device 0 unhealthy and healthy, taken by a receiver; with write, each
+// followed on the stream by the write of the checkpoint of one pod on device 0 with n
+// registered devices, changing device 0's place in the registered devices and the checksum
+// (fdatasync and exchange, no directory fsync).
+func listAndWatchFloor(b *testing.B, n int, write bool) {
+	dir := suite.ShortDir(b)
+	var afterList func()
+	var enc []byte
+	if write {
+		enc = encode(b, kdmData(suite.CheckpointData(b, 1, 1, n, false)))
+		l := mustLayout(b, enc)
+		dev, err := l.device(enc, suite.DeviceID(0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := newInPlace(b, dir, enc)
+		afterList = func() { // on the receiver's stream: b.Error, not b.Fatal
+			if err := w.write(false, dev, l.checksum); err != nil {
+				b.Error(err)
+			}
+		}
+		defer reportWritten(b, dev, l.checksum)
+	}
+	r := startReceiver(b, dir, afterList)
+	var send func(i int64)
+	if n < suite.KubeletMaxDevices() {
+		s := suite.StartPlugin(b, dir, suite.DeviceList(n)).S
+		healthy, flipped := suite.DeviceList(n), suite.DeviceList(n)
+		flipped[0].Health = pluginapi.Unhealthy
+		send = func(i int64) {
+			if i%2 == 0 {
+				s.Update(flipped)
+			} else {
+				s.Update(healthy)
+			}
+		}
+	} else {
+		p := suite.StartPluginProcess(b, dir, suite.ResourceName, n)
+		r.wait(b, 1)
+		p.Prepare(b, suite.DeviceID(0))
+		send = func(i int64) {
+			if i%2 == 0 {
+				p.Send(b, "flip")
+			} else {
+				p.Send(b, "heal")
+			}
+		}
+	}
+	r.wait(b, 1) // the first list
+	i := int64(0)
+	for b.Loop() {
+		send(i)
+		r.wait(b, i+2)
+		i++
+	}
+	if write {
+		reportFile(b, enc)
+	}
+}
+
+// allocateRPC returns a function making the call every Allocate op of a row makes: the
+// plugin stub's Allocate of one device, from a stub of devices devices (the stub builds a map
+// of all its devices on every Allocate, which every manager waits for), answered as in the
+// managers' benchmarks and received without decoding (rawCodec). The stub serves dir and
+// registers with a receiver there, as in the benchmarks; its inotify watch on dir then sees
+// every file later written there, as it sees a manager's checkpoint writes.
+func allocateRPC(b *testing.B, dir string, devices int) func() {
 	b.Helper()
-	r := startReceiver(b, dir)
-	suite.StartPlugin(b, dir, suite.DeviceList(1))
+	r := startReceiver(b, dir, nil)
+	suite.StartPlugin(b, dir, suite.DeviceList(devices))
 	r.wait(b, 1)
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, suite.PluginSocketName), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, suite.PluginSocketName),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -260,10 +224,25 @@ func allocateRPC(b *testing.B, dir string) func() {
 	return call
 }
 
+// rawCodec is gRPC's proto codec for what a floor sends, and receives a message without
+// decoding it: the least a manager can do with a plugin's answer is take its bytes.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return encoding.GetCodecV2("proto").Marshal(v)
+}
+
+func (rawCodec) Unmarshal(mem.BufferSlice, any) error { return nil }
+
 // receiver is the transport of a device manager and nothing else: it serves kubelet.sock,
 // and for every plugin that registers it connects back, opens ListAndWatch and counts the
-// lists it receives, decoding each with gRPC's standard codec and doing nothing with it.
+// lists it receives, without decoding them (rawCodec). After each list it signals, then runs
+// afterList (if set) on the stream before it takes the next list, as a manager writes its
+// checkpoint on the plugin's stream after announcing the list.
 type receiver struct {
+	afterList func()
 	pluginapi.UnimplementedRegistrationServer
 	dir      string
 	received atomic.Int64
@@ -272,15 +251,15 @@ type receiver struct {
 	streams  sync.WaitGroup
 }
 
-// startReceiver serves a receiver on dir/kubelet.sock until tb's cleanup.
-func startReceiver(b *testing.B, dir string) *receiver {
+// startReceiver serves a receiver on dir/kubelet.sock until tb's cleanup; afterList may be nil.
+func startReceiver(b *testing.B, dir string, afterList func()) *receiver {
 	b.Helper()
 	lis, err := net.Listen("unix", filepath.Join(dir, suite.KubeletSocketName))
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &receiver{dir: dir, signal: make(chan struct{}, 1), ctx: ctx}
+	r := &receiver{afterList: afterList, dir: dir, signal: make(chan struct{}, 1), ctx: ctx}
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, r)
 	served := make(chan struct{})
@@ -298,7 +277,7 @@ func (r *receiver) Register(_ context.Context, req *pluginapi.RegisterRequest) (
 	if err != nil {
 		return nil, err
 	}
-	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(r.ctx, &pluginapi.Empty{})
+	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(r.ctx, &pluginapi.Empty{}, grpc.ForceCodecV2(rawCodec{}))
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -316,6 +295,9 @@ func (r *receiver) Register(_ context.Context, req *pluginapi.RegisterRequest) (
 			case r.signal <- struct{}{}:
 			default:
 			}
+			if r.afterList != nil {
+				r.afterList()
+			}
 		}
 	}()
 	return &pluginapi.Empty{}, nil
@@ -331,92 +313,6 @@ func (r *receiver) wait(b *testing.B, want int64) {
 		case <-r.signal:
 		case <-deadline.C:
 			b.Fatalf("%d lists received after 30s, want %d", r.received.Load(), want)
-		}
-	}
-}
-
-// newFileWrite returns a function replacing a file with data through a new file: write a
-// temporary file, fsync it, rename it over the file and fsync the directory.
-func newFileWrite(b *testing.B, data []byte) func() {
-	b.Helper()
-	dir := suite.ShortDir(b)
-	d, err := os.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = d.Close() })
-	path, tmp := filepath.Join(dir, "floor"), filepath.Join(dir, ".floor.tmp")
-	return func() {
-		f, err := os.Create(tmp)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := f.Write(data); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.Sync(); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// overwrite returns a function durably replacing a file in dir with data with the least work
-// there is: two files of data's size are written and synced beforehand; each call overwrites
-// the one not at the file's name from its start, fdatasyncs it, exchanges the two names
-// (renameat2 RENAME_EXCHANGE) and fsyncs the directory. Both stay open.
-func overwrite(b *testing.B, dir string, data []byte) func() {
-	b.Helper()
-	path, spare := filepath.Join(dir, "floor"), filepath.Join(dir, ".floor.spare")
-	var files [2]*os.File
-	for i, p := range []string{path, spare} {
-		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = f.Close() })
-		if _, err := f.Write(data); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		files[i] = f
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = d.Close() })
-	if err := d.Sync(); err != nil {
-		b.Fatal(err)
-	}
-	next := files[1] // the file at the spare's name
-	return func() {
-		if _, err := next.WriteAt(data, 0); err != nil {
-			b.Fatal(err)
-		}
-		if err := unix.Fdatasync(int(next.Fd())); err != nil {
-			b.Fatal(err)
-		}
-		if err := unix.Renameat2(unix.AT_FDCWD, spare, unix.AT_FDCWD, path, unix.RENAME_EXCHANGE); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		if next == files[0] {
-			next = files[1]
-		} else {
-			next = files[0]
 		}
 	}
 }

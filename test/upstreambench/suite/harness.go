@@ -292,8 +292,8 @@ func SpinUntil(tb testing.TB, done func() bool, failure func() string) {
 
 // WaitYieldEnv names what the wait loop does between checks: "gosched" (the default,
 // runtime.Gosched), "none" (nothing) or "sched_yield" (the system call, which yields the CPU
-// to other threads but keeps the goroutine on its processor). docs/benchmarks.md compares
-// them; the choice applies to every manager alike.
+// to other threads but keeps the goroutine on its processor); the choice applies to every
+// manager alike, and only in the untimed set-ups.
 const WaitYieldEnv = "UPSTREAMBENCH_WAIT_YIELD"
 
 // waitYield returns the wait loop's step between checks, as WaitYieldEnv selects it.

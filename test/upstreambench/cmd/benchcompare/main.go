@@ -16,7 +16,13 @@
 // time; a table's ratios pair its kubelet with kdm round by round. With -out, the tables
 // replace the part of the file between the lines "<!-- bench-compare:begin -->" and
 // "<!-- bench-compare:end -->". Each kdm row is also given as a multiple of its floor, the
-// Floor benchmark of the same run that floorRules names for it.
+// Floor benchmark of the same run that floorRules names for it: a lower bound of the row's
+// op. The Reference benchmarks, which are not lower bounds, are listed in a table of their own.
+//
+// With -out, it writes nothing when the 1-minute load average before or after the run is
+// above the CPU count (a run that would be refused stops before measuring): other work
+// competing for the CPUs moves every figure. -loaded writes such a run's tables anyway,
+// headed "LOADED: not a quiet run".
 //
 // With -fastpaths, it measures instead what each hand-written fast path of kdm's checkpoint
 // package buys: it runs the kdm rows of the first module's binary once per round with every
@@ -37,6 +43,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,6 +64,7 @@ func run() error {
 	out := flag.String("out", "", "Markdown file whose bench-compare section receives the tables")
 	modules := flag.String("modules", strings.Join(defaultModules(devicemanager.KubeletVersions()), ","), "comma-separated module directories whose benchmarks run, newest kubelet first; the first also measures kdm")
 	fastPaths := flag.String("fastpaths", "", "comma-separated fast paths to turn off one at a time, measuring kdm's rows instead of comparing (spare, delta, summed, whole, latersync)")
+	loaded := flag.Bool("loaded", false, "with -out, write the tables even when the 1-minute load average before or after the run is above the CPU count, marked \""+loadedMark+"\"")
 	flag.Parse()
 	if *roundsN < 1 {
 		return errors.New("-rounds must be at least 1")
@@ -65,6 +73,11 @@ func run() error {
 		if _, err := os.Stat(*out); err != nil {
 			return err
 		}
+	}
+	gate := loadGate{read: readLoad, cpus: runtime.NumCPU(), allowLoaded: *loaded}
+	loadBefore, err := gate.start(*out != "")
+	if err != nil {
+		return err
 	}
 
 	tmp, err := os.MkdirTemp("", "benchcompare")
@@ -90,10 +103,10 @@ func run() error {
 		if pattern == "." {
 			pattern = kdmRows
 		}
-		return measureFastPaths(bins[0], tmp, pattern, *benchtime, *roundsN, strings.Split(*fastPaths, ","), *out)
+		return measureFastPaths(bins[0], tmp, pattern, *benchtime, *roundsN, strings.Split(*fastPaths, ","), gate, loadBefore, *out)
 	}
 
-	loadBefore, started := loadAverage(), time.Now().UTC()
+	started := time.Now().UTC()
 	rs := newRounds()
 	var kubelets []kubelet
 	for i := 1; i <= *roundsN; i++ {
@@ -114,28 +127,25 @@ func run() error {
 		}
 		rs.add(round)
 	}
-	loadAfter := loadAverage()
+	loadAfter := gate.end()
 
 	var b strings.Builder
 	writeHeader(&b, started, loadBefore, loadAfter, *roundsN, *benchtime)
 	b.WriteString("One table per kubelet release; kdm's column is the same run in each. Each cell: median (min..max) over the rounds. " +
 		"The ratios are computed per round: kubelet / kdm above 1, kdm is faster; kdm / floor is kdm's time over its floor's, " +
-		"the `Floor/` row of the same round named in the last column (below 1: kdm did less than the floor assumes, " +
-		"as when it rewrites only the tail of a file).\n\n")
+		"the `Floor/` row of the same round named in the last column: a lower bound of the row's op, so the ratio is at least 1 but for the noise of disk syncs, " +
+		"and how far above 1 is what kdm's op costs beyond the work it cannot avoid. " +
+		"The references (`Reference/`) are not lower bounds and have no ratio.\n\n")
 	b.WriteString(render(rs, kubelets))
-	fmt.Print(b.String())
-	if *out != "" {
-		return replaceSection(*out, beginMarker, endMarker, b.String())
-	}
-	return nil
+	return gate.publish(*out, beginMarker, endMarker, loadBefore, loadAfter, b.String())
 }
 
 // writeHeader writes when and where a measurement ran, and the load around it.
-func writeHeader(b *strings.Builder, started time.Time, loadBefore, loadAfter string, rounds int, benchtime string) {
+func writeHeader(b *strings.Builder, started time.Time, loadBefore, loadAfter load, rounds int, benchtime string) {
 	fmt.Fprintf(b, "Measured %s on %s/%s, %s, %d CPUs, %s; %d interleaved rounds of -benchtime %s, %s in all.\n",
 		started.Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.NumCPU(), runtime.Version(),
 		rounds, benchtime, time.Since(started).Round(time.Second))
-	fmt.Fprintf(b, "Load average (1, 5, 15 min): %s before, %s after.\n\n", loadBefore, loadAfter)
+	fmt.Fprintf(b, "Load average (1, 5, 15 min): %s before, %s after.\n\n", loadBefore.text, loadAfter.text)
 }
 
 // kdmRows is the -bench pattern of -fastpaths: kdm's sub-benchmarks of every benchmark but
@@ -152,8 +162,8 @@ const fastPathsEnv = "UPSTREAMBENCH_FASTPATHS_OFF"
 // with every path on again (the control, whose change from the first is the noise), the
 // order of these variants rotating from round to round, so that a benchmark's variants see
 // the same machine. It prints the table (see fastPathTable).
-func measureFastPaths(bin testBinary, dir, bench, benchtime string, roundsN int, paths []string, out string) error {
-	loadBefore, started := loadAverage(), time.Now().UTC()
+func measureFastPaths(bin testBinary, dir, bench, benchtime string, roundsN int, paths []string, gate loadGate, loadBefore load, out string) error {
+	started := time.Now().UTC()
 	first, err := bin.run(dir, bench, benchtime, "")
 	if err != nil {
 		return err
@@ -193,14 +203,11 @@ func measureFastPaths(bin testBinary, dir, bench, benchtime string, roundsN int,
 			rs[v].add(byVariant[v])
 		}
 	}
+	loadAfter := gate.end()
 	var b strings.Builder
-	writeHeader(&b, started, loadBefore, loadAverage(), roundsN, benchtime)
+	writeHeader(&b, started, loadBefore, loadAfter, roundsN, benchtime)
 	b.WriteString(fastPathTable(rs, paths))
-	fmt.Print(b.String())
-	if out != "" {
-		return replaceSection(out, fastPathsBegin, fastPathsEnd, b.String())
-	}
-	return nil
+	return gate.publish(out, fastPathsBegin, fastPathsEnd, loadBefore, loadAfter, b.String())
 }
 
 // controlVariant is measureFastPaths' second run with every fast path on.
@@ -290,6 +297,9 @@ func (t testBinary) run(dir, bench, benchtime, off string) ([]result, error) {
 // (BenchmarkAllocate, BenchmarkFloor, ...) in a process of its own, so that no benchmark
 // measures the leftovers of another (a heap grown by a million-device list, the writeback of
 // its 36 MiB files); within one, the kubelet's sub-benchmark still runs right before kdm's.
+// When BenchmarkFloor is among them, the floors of a benchmark's kdm rows run right after it,
+// in a process of their own, so that a row and its floor see the same machine; BenchmarkFloor
+// then runs on its own only if no row named a floor.
 func (t testBinary) runEach(dir, bench, benchtime string) ([]result, error) {
 	first, rest := splitBench(bench)
 	cmd := exec.Command(t.path, "-test.list", first)
@@ -298,18 +308,62 @@ func (t testBinary) runEach(dir, bench, benchtime string) ([]result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the benchmarks of %s: %w", t.module, err)
 	}
-	var all []result
+	var names []string
+	hasFloor := false
 	for _, name := range strings.Fields(string(out)) {
-		if !strings.HasPrefix(name, "Benchmark") {
-			continue // a test or an example
+		switch {
+		case !strings.HasPrefix(name, "Benchmark"): // a test or an example
+		case name == floorBenchmark:
+			hasFloor = true
+		default:
+			names = append(names, name)
 		}
+	}
+	var all []result
+	floorsRun := false
+	for _, name := range names {
 		results, err := t.run(dir, "^"+regexp.QuoteMeta(name)+"$"+rest, benchtime, "")
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, results...)
+		if pattern := floorPattern(results); hasFloor && pattern != "" {
+			floors, err := t.run(dir, pattern, benchtime, "")
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, floors...)
+			floorsRun = true
+		}
+	}
+	if hasFloor && !floorsRun {
+		floors, err := t.run(dir, "^"+floorBenchmark+"$"+rest, benchtime, "")
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, floors...)
 	}
 	return all, nil
+}
+
+// floorBenchmark is the top-level benchmark of the floors.
+const floorBenchmark = "BenchmarkFloor"
+
+// floorPattern is the -bench pattern of the floors of results' kdm rows, "" if they have none.
+func floorPattern(results []result) string {
+	var subs []string
+	for _, res := range results {
+		if name := floorFor(res.name); name != "" {
+			sub := regexp.QuoteMeta(strings.TrimPrefix(name, "Floor/"))
+			if !slices.Contains(subs, sub) {
+				subs = append(subs, sub)
+			}
+		}
+	}
+	if len(subs) == 0 {
+		return ""
+	}
+	return "^" + floorBenchmark + "$/^(" + strings.Join(subs, "|") + ")$"
 }
 
 // splitBench splits a -bench pattern into the part that matches top-level benchmarks and the
@@ -327,19 +381,6 @@ func command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd
-}
-
-// loadAverage is the first three fields of /proc/loadavg, what uptime prints.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo.

@@ -88,7 +88,7 @@ func TestRender(t *testing.T) {
 		{1, "| A (kdm policy=kdm), policy comparison"},
 		// A kubelet that skipped itself says why.
 		{1, "| B | not run: too slow | 6.00 ms (5.00 ms..7.00 ms) | – |"},
-		{2, "| Floor/rpc | 3.00 µs (2.00 µs..4.00 µs) | – |"},
+		{2, "| Floor/rpc | 3.00 µs (2.00 µs..4.00 µs) | – | – |"},
 	} {
 		if !strings.Contains(tables[want.table], want.line) {
 			t.Errorf("%d: table %d lacks %q:\n%s", i, want.table, want.line, got)
@@ -101,41 +101,52 @@ func TestRender(t *testing.T) {
 
 func TestRenderFloorMultiples(t *testing.T) {
 	rs := newRounds()
-	// Round by round: 900/300 = 3, 1200/300 = 4 and 1000/500 = 2 for Allocate; for
-	// ListAndWatch the larger of the two floors: 2000/1000 = 2, 3000/1500 = 2, 3300/1100 = 3.
-	for _, round := range [][6]float64{{900, 300, 2000, 1000, 400, 2}, {1200, 300, 3000, 1500, 200, 2}, {1000, 500, 3300, 1100, 900, 2}} {
+	// Round by round: 900/300 = 3, 1200/300 = 4 and 1000/500 = 2 for Allocate; the reference
+	// is listed apart, with no ratio.
+	for _, round := range [][4]float64{{900, 300, 2000, 2}, {1200, 300, 3000, 2}, {1000, 500, 3300, 2}} {
 		rs.add([]result{
-			r("Allocate/pods=1000,departs=oldest/kdm", round[0]), r("Floor/rpc+overwrite,pods=1000", round[1]),
-			r("ListAndWatchUpdate/devices=1000/kdm", round[2]), r("Floor/checksum+overwrite,devices=1000", round[3]),
-			r("Floor/listandwatch,devices=1000", round[4]),
-			{name: "Floor/rpc+overwrite,pods=0", nsPerOp: 1, metrics: map[string]float64{"file-MiB": round[5]}},
+			r("Allocate/pods=1000,departs=oldest/kdm", round[0]),
+			{name: "Floor/allocate+entry,pods=1000,departs=oldest", nsPerOp: round[1], metrics: map[string]float64{"written-B/op": 629, "file-MiB": 0.5}},
+			r("CheckpointWrite/pods=1000,devices=4/kdm", round[2]),
+			{name: "Reference/allocate+wholefile,pods=0", nsPerOp: 1, metrics: map[string]float64{"file-MiB": round[3], "written-B/op": round[3] * (1 << 20)}},
 		})
 	}
 	got := render(rs, []kubelet{{"kubelet-1.37", "v1.37.2"}})
 	for _, want := range []string{
-		"| Allocate/pods=1000,departs=oldest | not run | 1.00 µs (900 ns..1.20 µs) | – | 3.00× (2.00×..4.00×) | rpc+overwrite,pods=1000 |",
-		"| ListAndWatchUpdate/devices=1000 | not run | 3.00 µs (2.00 µs..3.30 µs) | – | 2.00× (2.00×..3.00×) | checksum+overwrite,devices=1000, the larger of listandwatch,devices=1000 |",
-		"| Floor/rpc+overwrite,pods=0 | 1.00 ns (1.00 ns..1.00 ns) | 2.00 MiB |",
+		"| Allocate/pods=1000,departs=oldest | not run | 1.00 µs (900 ns..1.20 µs) | – | 3.00× (2.00×..4.00×) | allocate+entry,pods=1000,departs=oldest |",
+		// No floor: no ratio.
+		"| CheckpointWrite/pods=1000,devices=4 | not run | 3.00 µs (2.00 µs..3.30 µs) | – | – | – |",
+		"| floor, same run | time per op | file | overwritten per op |",
+		"| Floor/allocate+entry,pods=1000,departs=oldest | 300 ns (300 ns..500 ns) | 512 KiB | 629 B |",
+		"| reference, same run (not a lower bound) | time per op | file | overwritten per op |",
+		"| Reference/allocate+wholefile,pods=0 | 1.00 ns (1.00 ns..1.00 ns) | 2.00 MiB | 2.00 MiB |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("render lacks %q:\n%s", want, got)
 		}
 	}
+	if floors, _, _ := strings.Cut(got, "| reference,"); strings.Contains(floors, "| Reference/") {
+		t.Errorf("a reference is listed among the floors:\n%s", got)
+	}
+	if strings.Contains(got, "written-B/op") || strings.Contains(got, "file-MiB") {
+		t.Errorf("the file metrics are listed again among the other metrics:\n%s", got)
+	}
 }
 
 func TestFloorFor(t *testing.T) {
-	for name, want := range map[string][]string{
-		"Allocate/pods=0/kdm":                            {"Floor/rpc+overwrite,pods=0"},
-		"Allocate/pods=10000,departs=random/kdm":         {"Floor/rpc+overwrite,pods=10000"},
-		"AllocateBeside/devices=1000000/kdm":             {"Floor/rpc+checksum+overwrite,beside=1000000"},
-		"ListAndWatchUpdate/devices=87381/kdm":           {"Floor/checksum+overwrite,devices=87381", "Floor/listandwatch,devices=87381"},
-		"ListAndWatchUpdate/devices=1000/kdm,policy=kdm": {"Floor/listandwatch,devices=1000"},
-		"Restart/devices=1000,pods=250/kdm":              {"Floor/restart,devices=1000,pods=250"},
-		"CheckpointEncodeChurn/pods=1000,devices=4/kdm":  {"Floor/checksum,pods=1000,devices=4"},
-		"CheckpointWrite/pods=1000,devices=4/kdm":        {"Floor/checksum+overwrite,pods=1000,devices=4"},
-		"Allocate/pods=0/kubelet-1.37":                   nil,
+	for name, want := range map[string]string{
+		"Allocate/pods=0/kdm":                            "Floor/allocate+entry,pods=0",
+		"Allocate/pods=10000,departs=random/kdm":         "Floor/allocate+entry,pods=10000,departs=random",
+		"AllocateBeside/devices=1000000/kdm":             "Floor/allocate+entry,beside=1000000",
+		"ListAndWatchUpdate/devices=87381/kdm":           "Floor/listandwatch+write,devices=87381",
+		"ListAndWatchUpdate/devices=1000/kdm,policy=kdm": "Floor/listandwatch,devices=1000",
+		"Restart/devices=1000,pods=250/kdm":              "Floor/restart,devices=1000,pods=250",
+		// The Checkpoint rows have no lower bound (see BenchmarkFloor).
+		"CheckpointEncodeChurn/pods=1000,devices=4/kdm": "",
+		"CheckpointWrite/pods=1000,devices=4/kdm":       "",
+		"Allocate/pods=0/kubelet-1.37":                  "",
 	} {
-		if got := floorFor(name); !reflect.DeepEqual(got, want) {
+		if got := floorFor(name); got != want {
 			t.Errorf("floorFor(%q) = %q, want %q", name, got, want)
 		}
 	}
@@ -231,5 +242,29 @@ func TestModulesFollowTable(t *testing.T) {
 	}
 	if got := buildArgs(".", "/b"); strings.Join(got, " ") != "test -c -o /b ." {
 		t.Errorf("buildArgs of the parent = %q", got)
+	}
+}
+
+// TestFloorPattern checks the pattern that runs the floors of a benchmark's kdm rows right
+// after it: each floor once, matched exactly, and nothing for rows without a floor.
+func TestFloorPattern(t *testing.T) {
+	got := floorPattern([]result{
+		r("Allocate/pods=0/kubelet-1.37", 1), r("Allocate/pods=0/kdm", 1),
+		r("Allocate/pods=100,departs=newest/kdm", 1), {name: "Allocate/pods=10000,departs=newest/kubelet-1.37", skipped: "not run"},
+		r("ListAndWatchUpdate/devices=1000/kdm", 1), r("ListAndWatchUpdate/devices=1000/kdm,policy=kdm", 1),
+	})
+	want := `^BenchmarkFloor$/^(allocate\+entry,pods=0|allocate\+entry,pods=100,departs=newest|listandwatch\+write,devices=1000|listandwatch,devices=1000)$`
+	if got != want {
+		t.Errorf("floorPattern = %q, want %q", got, want)
+	}
+	re := regexp.MustCompile(strings.Split(got, "/")[1])
+	for sub, match := range map[string]bool{"allocate+entry,pods=0": true, "allocate+entry,pods=100,departs=newest": true,
+		"allocate+entry,pods=1000,departs=newest": false, "allocate+entry,pods=100,departs=oldest": false, "listandwatch,devices=1000": true} {
+		if re.MatchString(sub) != match {
+			t.Errorf("the pattern matches %q: %v, want %v", sub, !match, match)
+		}
+	}
+	if got := floorPattern([]result{r("CheckpointEncode/pods=1000,devices=4/kdm", 1), r("Allocate/pods=0/kubelet-1.37", 1)}); got != "" {
+		t.Errorf("floorPattern of rows without floors = %q, want \"\"", got)
 	}
 }

@@ -103,58 +103,27 @@ func ratiosOf(a, b []float64) series {
 	return s
 }
 
-// floorValues returns, per round, the largest value of names in that round (NaN where one of
-// them did not run).
-func (r *rounds) floorValues(names []string) []float64 {
-	v := make([]float64, r.n)
-	for i := range v {
-		v[i] = math.Inf(-1)
-		for _, n := range names {
-			x := math.NaN()
-			if vals := r.values[n]; i < len(vals) {
-				x = vals[i]
-			}
-			if math.IsNaN(x) {
-				v[i] = x
-				break
-			}
-			v[i] = max(v[i], x)
-		}
-	}
-	return v
-}
-
-// floorRules give each kdm row its floor (see BenchmarkFloor): the Floor benchmarks named by
-// expanding floor with the row's name's submatches; where a rule names more than one, the
-// op's parts overlap (the transport of the next list runs beside the previous list's write)
-// and the larger of them, per round, is the floor.
+// floorRules give each kdm row its floor (see BenchmarkFloor): the Floor benchmark named by
+// expanding floor with the row's name's submatches. A row no rule matches has no floor.
 var floorRules = []struct {
 	row   *regexp.Regexp // matches the kdm sub-benchmark's name
-	floor []string
+	floor string
 }{
-	{regexp.MustCompile(`^Allocate/pods=(\d+)(?:,departs=\w+)?/kdm$`), []string{"Floor/rpc+overwrite,pods=$1"}},
-	{regexp.MustCompile(`^AllocateBeside/devices=(\d+)/kdm$`), []string{"Floor/rpc+checksum+overwrite,beside=$1"}},
-	{regexp.MustCompile(`^ListAndWatchUpdate/devices=(\d+)/kdm$`), []string{"Floor/checksum+overwrite,devices=$1", "Floor/listandwatch,devices=$1"}},
-	{regexp.MustCompile(`^ListAndWatchUpdate/devices=(\d+)/kdm,policy=kdm$`), []string{"Floor/listandwatch,devices=$1"}},
-	{regexp.MustCompile(`^Restart/(.+)/kdm$`), []string{"Floor/restart,$1"}},
-	{regexp.MustCompile(`^CheckpointEncode(?:Churn)?/(.+)/kdm$`), []string{"Floor/checksum,$1"}},
-	{regexp.MustCompile(`^CheckpointWrite(?:Churn)?/(.+)/kdm$`), []string{"Floor/checksum+overwrite,$1"}},
+	{regexp.MustCompile(`^Allocate/(pods=\d+(?:,departs=\w+)?)/kdm$`), "Floor/allocate+entry,$1"},
+	{regexp.MustCompile(`^AllocateBeside/devices=(\d+)/kdm$`), "Floor/allocate+entry,beside=$1"},
+	{regexp.MustCompile(`^ListAndWatchUpdate/devices=(\d+)/kdm$`), "Floor/listandwatch+write,devices=$1"},
+	{regexp.MustCompile(`^ListAndWatchUpdate/devices=(\d+)/kdm,policy=kdm$`), "Floor/listandwatch,devices=$1"},
+	{regexp.MustCompile(`^Restart/(.+)/kdm$`), "Floor/restart,$1"},
 }
 
-// floorFor returns the floor benchmarks of the kdm sub-benchmark kdm, nil if it has none.
-func floorFor(kdm string) []string {
+// floorFor returns the floor benchmark of the kdm sub-benchmark kdm, "" if it has none.
+func floorFor(kdm string) string {
 	for _, rule := range floorRules {
-		m := rule.row.FindStringSubmatchIndex(kdm)
-		if m == nil {
-			continue
+		if m := rule.row.FindStringSubmatchIndex(kdm); m != nil {
+			return string(rule.row.ExpandString(nil, rule.floor, kdm, m))
 		}
-		var names []string
-		for _, f := range rule.floor {
-			names = append(names, string(rule.row.ExpandString(nil, f, kdm, m)))
-		}
-		return names
 	}
-	return nil
+	return ""
 }
 
 // variantLabels say what a kdm variant's row compares, where it is not the same work.
@@ -225,8 +194,8 @@ func comparisonRows(names []string, kubeletSide string) (rows []row, other []str
 	return rows, other
 }
 
-// render writes one comparison table per kubelet, in the order given, the floor table and the
-// table of other metrics, in Markdown.
+// render writes one comparison table per kubelet, in the order given, the floor table, the
+// reference table and the table of other metrics, in Markdown.
 func render(r *rounds, kubelets []kubelet) string {
 	var b strings.Builder
 	var other []string
@@ -248,9 +217,9 @@ func render(r *rounds, kubelets []kubelet) string {
 				kub = why
 			}
 			fl, flName := "–", "–"
-			if names := floorFor(rw.kdm); names != nil {
-				flName = strings.Join(trimFloor(names), ", the larger of ")
-				if rs := ratiosOf(r.values[rw.kdm], r.floorValues(names)); len(rs) > 0 {
+			if name := floorFor(rw.kdm); name != "" {
+				flName = strings.TrimPrefix(name, "Floor/")
+				if rs := r.ratios(rw.kdm, name); len(rs) > 0 {
 					fl = formatRatio(rs.summary())
 				}
 			}
@@ -260,20 +229,20 @@ func render(r *rounds, kubelets []kubelet) string {
 	if len(kubelets) == 0 {
 		_, other = comparisonRows(r.names, "")
 	}
-	if len(other) > 0 {
-		b.WriteString("\n| floor, same run | time per op | file written |\n|---|---:|---:|\n")
-		for _, n := range other {
-			file := "–"
-			if v := r.metrics[n]["file-MiB"]; len(v) > 0 {
-				file = mib(series(v).summary().median)
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", n, formatTimes(r.series(n).summary()), file)
+	var floors, refs []string
+	for _, n := range other {
+		if strings.HasPrefix(n, "Reference/") {
+			refs = append(refs, n)
+		} else {
+			floors = append(floors, n)
 		}
 	}
+	writeFileTable(&b, r, "floor, same run", floors)
+	writeFileTable(&b, r, "reference, same run (not a lower bound)", refs)
 	var metricRows []string
 	for _, n := range r.names {
 		for _, unit := range r.units[n] {
-			if unit == "file-MiB" {
+			if fileUnits[unit] {
 				continue
 			}
 			metricRows = append(metricRows, fmt.Sprintf("| %s | %s | %s |\n", n, unit, formatPlain(series(r.metrics[n][unit]).summary())))
@@ -288,13 +257,34 @@ func render(r *rounds, kubelets []kubelet) string {
 	return b.String()
 }
 
-// trimFloor drops the "Floor/" of names.
-func trimFloor(names []string) []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = strings.TrimPrefix(n, "Floor/")
+// fileUnits are the metrics the floor and reference tables show in their own columns.
+var fileUnits = map[string]bool{"file-MiB": true, "written-B/op": true}
+
+// writeFileTable writes a table, headed heading, of the benchmarks names: their times, the
+// size of the checkpoint file they write and how much of it an op overwrites.
+func writeFileTable(b *strings.Builder, r *rounds, heading string, names []string) {
+	if len(names) == 0 {
+		return
 	}
-	return out
+	fmt.Fprintf(b, "\n| %s | time per op | file | overwritten per op |\n|---|---:|---:|---:|\n", heading)
+	for _, n := range names {
+		file, written := "–", "–"
+		if v := r.metrics[n]["file-MiB"]; len(v) > 0 {
+			file = mib(series(v).summary().median)
+		}
+		if v := r.metrics[n]["written-B/op"]; len(v) > 0 {
+			written = bytesSize(series(v).summary().median)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", n, formatTimes(r.series(n).summary()), file, written)
+	}
+}
+
+// bytesSize prints a byte count with three significant digits in a readable unit.
+func bytesSize(x float64) string {
+	if x < 1024 {
+		return fmt.Sprintf("%.0f B", x)
+	}
+	return mib(x / (1 << 20))
 }
 
 func mib(x float64) string {
