@@ -25,7 +25,8 @@ func (m *Manager) Updates() <-chan Update { return m.updates }
 // the checkpoint. Lists from an instance that is no longer the resource's current one are
 // not applied, so a replaced plugin cannot overwrite its successor's devices (both kubelets
 // apply every connected instance's lists, the last one winning); under
-// Policy.PromoteLiveInstance the last of them is kept for the instance's promotion.
+// Policy.PromoteLiveInstance the last of them is kept for the instance's promotion. Nor is a
+// list from an instance whose stream has ended.
 func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs []*pluginapi.Device) {
 	sync := !m.cfg.Policy.CoalesceDeviceListWrites
 	if sync {
@@ -38,6 +39,14 @@ func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs [
 		m.keepReplacedListLocked(resource, from, devs)
 		m.mu.Unlock()
 		m.log.V(4).Info("Ignored device list from a replaced plugin instance", "resourceName", resource)
+		return
+	}
+	if from.IsStopped() {
+		// A promoted instance's last list, applied after its own stream ended too: that end
+		// marks (or has marked) the devices unhealthy, and a list applied after it would
+		// leave them healthy with no stream left to correct them.
+		m.mu.Unlock()
+		m.log.V(4).Info("Ignored device list from a plugin instance whose stream ended", "resourceName", resource)
 		return
 	}
 	uids := m.applyDeviceListLocked(resource, devs)

@@ -369,3 +369,33 @@ func TestHealthUpdatesMatchedByResource(t *testing.T) {
 		})
 	}
 }
+
+// TestLateListOfAStoppedInstanceIgnored: a promoted instance's last list is applied after the
+// lock that promoted it is let go; if the instance's own stream has ended by then, its end
+// has marked the devices unhealthy, and the late list must not make them healthy again with no
+// stream left to correct them. The lockstep check caught that schedule under load (kdm policy,
+// seed 2624: allocatable stuck at 3 of 4 after the plugin stopped); here the late application
+// is made to come last.
+func TestLateListOfAStoppedInstanceIgnored(t *testing.T) {
+	for _, policy := range []string{"kubelet-1.37", "kdm"} {
+		t.Run(policy, func(t *testing.T) {
+			dir := shortDir(t)
+			pol, err := ParsePolicy(policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := testManager(t, dir, Config{Policy: pol}, Sources{})
+			p := testPlugin(t, dir, gpu, "p.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1", "g2"))
+			waitFor(t, m, "instance serving", func() bool { return capacityIs(m, gpu, 2, 2) })
+			m.mu.Lock()
+			ep := m.endpoints[gpu].ep
+			m.mu.Unlock()
+			p.Stop()
+			waitFor(t, m, "devices unhealthy", func() bool { return capacityIs(m, gpu, 2, 0) })
+			m.updateDevices(gpu, ep, devices(pluginapi.Healthy, "g1", "g2"))
+			if !capacityIs(m, gpu, 2, 0) {
+				t.Fatal("a list applied after its instance's stream ended made the devices healthy again")
+			}
+		})
+	}
+}
