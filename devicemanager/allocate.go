@@ -59,6 +59,7 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		m.mu.Unlock()
 		switch s.Kind {
 		case state.StepDone:
+			m.noteOutcome(ctx, string(pod.UID), s.Err)
 			return s.Err // on a failed write, persistCollected tries again for the removals
 		case state.StepPassOver:
 		case state.StepAwaitUnknown:
@@ -158,6 +159,7 @@ func (m *Manager) collectInactivePods() bool {
 		pods = src.ActivePods()
 	}
 	m.mu.Lock()
+	pods = m.withoutRejectedLocked(pods)
 	// Only the pods that left since the last collection, and those the state gained since,
 	// are looked at (activePods, state.RemoveDeparted): on a node with many pods a
 	// collection costs what changed.
@@ -170,6 +172,50 @@ func (m *Manager) collectInactivePods() bool {
 	}
 	m.log.V(3).Info("Removed devices of pods that are no longer active", "podUIDs", removed)
 	return true
+}
+
+// noteOutcome records whether the pod's admission failed: a pod whose Allocate returns an
+// error is rejected by the caller (the contract of Allocate), so garbage collection treats it
+// as gone before its source says so, as the kubelet's one-at-a-time admission has it gone
+// before the next admission looks. An error of ctx (a shutdown, a pod deleted while it
+// waited) says nothing of the pod; a later success clears the mark.
+func (m *Manager) noteOutcome(ctx context.Context, podUID string, err error) {
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		delete(m.rejected, podUID)
+		return
+	}
+	if m.rejected == nil {
+		m.rejected = map[string]struct{}{}
+	}
+	m.rejected[podUID] = struct{}{}
+}
+
+// withoutRejectedLocked returns the source's active pods less those whose admission failed,
+// and forgets the failures of pods the source no longer lists. Callers hold mu.
+func (m *Manager) withoutRejectedLocked(pods []*v1.Pod) []*v1.Pod {
+	if len(m.rejected) == 0 {
+		return pods
+	}
+	listed := make(map[string]bool, len(m.rejected))
+	out := make([]*v1.Pod, 0, len(pods))
+	for _, p := range pods {
+		if _, ok := m.rejected[string(p.UID)]; ok {
+			listed[string(p.UID)] = true
+			continue
+		}
+		out = append(out, p)
+	}
+	for uid := range m.rejected {
+		if !listed[uid] {
+			delete(m.rejected, uid)
+		}
+	}
+	return out
 }
 
 func sortedLimitNames(c *v1.Container) []string {

@@ -25,9 +25,21 @@ func (m *Manager) Updates() <-chan Update { return m.updates }
 // the checkpoint. Lists from an instance that is no longer the resource's current one are
 // not applied, so a replaced plugin cannot overwrite its successor's devices (both kubelets
 // apply every connected instance's lists, the last one winning); under
-// Policy.PromoteLiveInstance the last of them is kept for the instance's promotion. Nor is a
-// list from an instance whose stream has ended.
+// Policy.PromoteLiveInstance the last of them is kept for the instance's promotion.
 func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs []*pluginapi.Device) {
+	m.applyDevices(resource, from, devs, false)
+}
+
+// applyPromotedList applies the last list a promoted instance sent while it was replaced. It
+// runs after the lock that promoted the instance is let go, so the instance's own stream may
+// have ended in between: its end then marks (or has marked) the devices unhealthy, and the
+// list is not applied, since nothing would be left to correct it.
+func (m *Manager) applyPromotedList(resource string, promoted *endpoint.Endpoint, devs []*pluginapi.Device) {
+	m.applyDevices(resource, promoted, devs, true)
+}
+
+// applyDevices is updateDevices; with onlyLive, a list whose instance has stopped is dropped.
+func (m *Manager) applyDevices(resource string, from *endpoint.Endpoint, devs []*pluginapi.Device, onlyLive bool) {
 	sync := !m.cfg.Policy.CoalesceDeviceListWrites
 	if sync {
 		// The change and its write form one step for WaitForCheckpointWrites.
@@ -41,10 +53,7 @@ func (m *Manager) updateDevices(resource string, from *endpoint.Endpoint, devs [
 		m.log.V(4).Info("Ignored device list from a replaced plugin instance", "resourceName", resource)
 		return
 	}
-	if from.IsStopped() {
-		// A promoted instance's last list, applied after its own stream ended too: that end
-		// marks (or has marked) the devices unhealthy, and a list applied after it would
-		// leave them healthy with no stream left to correct them.
+	if onlyLive && from.IsStopped() {
 		m.mu.Unlock()
 		m.log.V(4).Info("Ignored device list from a plugin instance whose stream ended", "resourceName", resource)
 		return

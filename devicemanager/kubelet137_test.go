@@ -392,7 +392,7 @@ func TestLateListOfAStoppedInstanceIgnored(t *testing.T) {
 			m.mu.Unlock()
 			p.Stop()
 			waitFor(t, m, "devices unhealthy", func() bool { return capacityIs(m, gpu, 2, 0) })
-			m.updateDevices(gpu, ep, devices(pluginapi.Healthy, "g1", "g2"))
+			m.applyPromotedList(gpu, ep, devices(pluginapi.Healthy, "g1", "g2"))
 			if !capacityIs(m, gpu, 2, 0) {
 				t.Fatal("a list applied after its instance's stream ended made the devices healthy again")
 			}

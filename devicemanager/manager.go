@@ -95,6 +95,7 @@ type Manager struct {
 	sleepers     map[*sleeper]struct{} // admissions that waited for a plugin, until their allocation ends (waitorder.go)
 	lastTicket   uint64                // the order in which sleepers first waited
 	turnChange   chan struct{}         // closed and replaced when a sleeper sleeps again or leaves
+	rejected     map[string]struct{}   // pods whose Allocate failed, gone for garbage collection (noteOutcome)
 	// restoring is set while a goroutine started by Start restores the checkpoint, holding mu
 	// (restoreConcurrently).
 	restoring atomic.Bool

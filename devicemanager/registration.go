@@ -353,7 +353,7 @@ func (m *Manager) runEndpoint(ctx context.Context, resource string, ep *endpoint
 		log.Info("Device plugin disconnected; another connected instance serves the resource",
 			"err", err, "promotedSocket", promoted.SocketPath())
 		if promotedList != nil {
-			m.updateDevices(resource, promoted, promotedList)
+			m.applyPromotedList(resource, promoted, promotedList)
 		}
 	case current:
 		log.Info("Device plugin disconnected", "err", err)

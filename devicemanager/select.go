@@ -52,7 +52,7 @@ func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod
 				m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
 			}
 		}
-		if err := m.sleepUntil(ctx, waiter, res, changed, w.Until); err != nil {
+		if err := m.sleepUntil(ctx, waiter, changed, w.Until); err != nil {
 			return nil, d.Cancelled(err)
 		}
 	}
@@ -96,7 +96,7 @@ func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, contain
 			}
 			notified = true
 		}
-		if err := m.sleepUntil(ctx, waiter, res, changed, w.Until); err != nil {
+		if err := m.sleepUntil(ctx, waiter, changed, w.Until); err != nil {
 			return false, fmt.Errorf("stopped waiting for a device plugin to register %s: %w", res, err)
 		}
 	}

@@ -5,21 +5,23 @@ import (
 	"time"
 )
 
-// Admissions that wait for a device plugin (Policy.DeferAdmission) are woken together by a
-// device change, when the plugin registers or sends its list. Woken, they go on in the order
-// they first began to wait, per resource: each container's allocation that waited for a
-// resource ends (or waits again) before a later waiter of that resource looks at the devices.
-// So the pods a returning plugin can serve are the first that asked, as the kubelet's
-// one-at-a-time admission would have served them, not whichever goroutine runs first; and the
-// simulator (package explore), which runs woken admissions in start order, predicts which.
+// Admissions that wait for a device plugin (Policy.DeferAdmission) are woken together: by a
+// device change, when a plugin registers or sends its list, or by one instant of the manager's
+// clock, when their deadlines are the same. Woken, they go on in the order they first began to
+// wait: each container's allocation that waited ends (or waits again) before a later one that
+// was woken with it goes on. So the pods a returning plugin can serve are the first that
+// asked, as the kubelet's one-at-a-time admission would have served them, and a pod rejected
+// at its deadline is gone before a later waiter's garbage collection looks, not whichever
+// goroutine runs first; the simulator (package explore), which runs woken admissions in start
+// order, predicts the outcome. Only admissions that waited are ordered so: one that never
+// waits, and one still asleep, holds up nobody.
 
 // sleeper is one container's allocation that has waited for a device plugin, from its first
-// wait until the allocation ends: its place in the order (ticket), the resource it waited
-// for last, and what wakes it (the deadline on the manager's clock, the device-change
-// broadcast it went to sleep on). Its fields are guarded by the manager's mu.
+// wait until the allocation ends: its place in the order (ticket) and what wakes it (the
+// deadline on the manager's clock, the device-change broadcast it went to sleep on). Its
+// fields are guarded by the manager's mu.
 type sleeper struct {
 	ticket  uint64
-	res     string
 	until   time.Time
 	changed <-chan struct{}
 }
@@ -36,10 +38,10 @@ func (w *sleeper) awake(now time.Time) bool {
 }
 
 // sleepUntil waits for a device change or until the manager's clock reaches until, then for
-// its turn: until no admission that began to wait for res before this one is awake. *waiter
+// its turn: until no admission that began to wait before this one is awake. *waiter
 // is the container's place in that order, taken at its first wait. It returns ctx's error if
 // ctx ends first.
-func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, res string, changed <-chan struct{}, until time.Time) error {
+func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, changed <-chan struct{}, until time.Time) error {
 	timer := m.cfg.Clock.NewTimer(until.Sub(m.cfg.Clock.Now()))
 	defer timer.Stop()
 	m.mu.Lock()
@@ -53,7 +55,7 @@ func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, res string, 
 		}
 		m.sleepers[w] = struct{}{}
 	}
-	w.res, w.until, w.changed = res, until, changed
+	w.until, w.changed = until, changed
 	m.signalTurnLocked() // asleep again: later waiters need not wait for it
 	m.mu.Unlock()
 	select {
@@ -77,12 +79,12 @@ func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, res string, 
 	}
 }
 
-// earlierAwakeLocked reports whether an admission that began to wait for w's resource before
-// w is awake, so goes first. Callers hold mu.
+// earlierAwakeLocked reports whether an admission that began to wait before w is awake, so
+// goes first. Callers hold mu.
 func (m *Manager) earlierAwakeLocked(w *sleeper) bool {
 	now := m.cfg.Clock.Now()
 	for s := range m.sleepers {
-		if s.res == w.res && s.ticket < w.ticket && s.awake(now) {
+		if s.ticket < w.ticket && s.awake(now) {
 			return true
 		}
 	}

@@ -52,3 +52,40 @@ func asleep(t *testing.T, m *Manager, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestRejectedPodCollectedBeforeItsSourceDropsIt: a pod whose Allocate failed is rejected by
+// its caller, so the next admission's garbage collection frees what its earlier containers
+// got, though the pod source has not yet caught up with the rejection: the kubelet's
+// one-at-a-time admission has it gone by then. Under every policy.
+func TestRejectedPodCollectedBeforeItsSourceDropsIt(t *testing.T) {
+	for _, policy := range PolicyNames() {
+		t.Run(policy, func(t *testing.T) {
+			pol, err := ParsePolicy(policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := shortDir(t)
+			pods := newPodList()
+			m := testManager(t, dir, Config{Policy: pol}, Sources{ActivePods: pods.active})
+			testPlugin(t, dir, gpu, "gpu.sock", &pluginapi.DevicePluginOptions{}, devices(pluginapi.Healthy, "g1"))
+			waitFor(t, m, "plugin", func() bool { return capacityIs(m, gpu, 1, 1) })
+			a := testPod("a", container("c1", map[string]int64{gpu: 1}), container("c2", map[string]int64{gpu: 1}))
+			b := testPod("b", container("c", map[string]int64{gpu: 1}))
+			pods.add(a)
+			pods.add(b)
+			ctx := context.Background()
+			if err := m.Allocate(ctx, a, &a.Spec.Containers[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Allocate(ctx, a, &a.Spec.Containers[1]); err == nil {
+				t.Fatal("a's second container got a device the first holds")
+			}
+			if err := m.Allocate(ctx, b, &b.Spec.Containers[0]); err != nil {
+				t.Fatalf("b refused while the rejected a still held its device: %v", err)
+			}
+			if got := m.GetDevices("b", "c")[gpu]; len(got) != 1 {
+				t.Fatalf("b holds %v", got)
+			}
+		})
+	}
+}

@@ -52,6 +52,27 @@ func TestLockstep(t *testing.T) {
 	}
 }
 
+// TestLockstepFoundSeeds replays the seeds on which long runs of make lockstep once found
+// the manager and the simulator apart, each under the policy it was found under: a health
+// change the runner awaited though no manager could see it (1123), woken admissions served in
+// goroutine order (983) and, at one deadline shared by several, garbage-collected before a
+// rejection (4492), and a promoted instance's late list (2624, a schedule this replay need not
+// hit; TestLateListOfAStoppedInstanceIgnored holds it).
+func TestLockstepFoundSeeds(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		seed   int64
+	}{{"kubelet-1.36", 1123}, {"kdm", 983}, {"kdm", 4492}, {"kdm", 2624}} {
+		rep, err := Lockstep(LockstepConfig{Policy: tc.policy, Seeds: 1, FirstSeed: tc.seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := rep.Divergence; d != nil {
+			t.Errorf("%s seed %d: %v", tc.policy, tc.seed, d)
+		}
+	}
+}
+
 // TestLockstepCatchesDivergences: each way the simulator used to decide on its own, put
 // back (legacy), makes the lockstep check fail within a bounded number of seeds.
 func TestLockstepCatchesDivergences(t *testing.T) {
