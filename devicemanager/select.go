@@ -47,6 +47,7 @@ func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod
 		}
 		if !notified {
 			notified = true
+			m.enterWaitOrder(waiter)
 			beforeWait()
 			if m.cfg.OnAdmissionDeferred != nil {
 				m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
@@ -89,6 +90,7 @@ func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, contain
 			return w.Served, nil
 		}
 		if !notified {
+			m.enterWaitOrder(waiter)
 			m.log.Info("Deferring admission until a device plugin registers the resource", "pod", klog.KObj(pod),
 				"containerName", container, "resourceName", res, "timeout", w.Until.Sub(now))
 			if m.cfg.OnAdmissionDeferred != nil {

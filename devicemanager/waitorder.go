@@ -45,16 +45,7 @@ func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, changed <-ch
 	timer := m.cfg.Clock.NewTimer(until.Sub(m.cfg.Clock.Now()))
 	defer timer.Stop()
 	m.mu.Lock()
-	w := *waiter
-	if w == nil {
-		m.lastTicket++
-		w = &sleeper{ticket: m.lastTicket}
-		*waiter = w
-		if m.sleepers == nil {
-			m.sleepers = map[*sleeper]struct{}{}
-		}
-		m.sleepers[w] = struct{}{}
-	}
+	w := m.enterWaitOrderLocked(waiter)
 	w.until, w.changed = until, changed
 	m.signalTurnLocked() // asleep again: later waiters need not wait for it
 	m.mu.Unlock()
@@ -89,6 +80,28 @@ func (m *Manager) earlierAwakeLocked(w *sleeper) bool {
 		}
 	}
 	return false
+}
+
+// enterWaitOrder gives the container its place among the waiting admissions, if it has
+// none yet. The waits call it before they tell anyone (Config.OnAdmissionDeferred) that the
+// admission waits, so that whoever starts the next admission on hearing it starts it after.
+func (m *Manager) enterWaitOrder(waiter **sleeper) {
+	m.mu.Lock()
+	m.enterWaitOrderLocked(waiter)
+	m.mu.Unlock()
+}
+
+// enterWaitOrderLocked is enterWaitOrder for callers that hold mu; it returns the place.
+func (m *Manager) enterWaitOrderLocked(waiter **sleeper) *sleeper {
+	if *waiter == nil {
+		m.lastTicket++
+		*waiter = &sleeper{ticket: m.lastTicket}
+		if m.sleepers == nil {
+			m.sleepers = map[*sleeper]struct{}{}
+		}
+		m.sleepers[*waiter] = struct{}{}
+	}
+	return *waiter
 }
 
 // leaveWaitOrder ends the container's place in the order of waiting admissions, if it took
