@@ -28,7 +28,10 @@
 // manager's writes that need no directory sync of their own alternate it with
 // SecondSpareFileName);
 // StoreConfig.PlainWrites makes every write a new file and a rename instead.
-// The files are the same byte for byte either way.
+// The files are the same byte for byte either way. Write writes Encode's
+// bytes; the device manager's own writes (internal) lay the same JSON out with
+// spaces between the entries so that a write changes few bytes: such a file
+// decodes to the same values and verifies, for kdm and for a kubelet.
 //
 // # Errors
 //

@@ -349,13 +349,6 @@ func spareRefused(t *testing.T, writes int, second bool, plant func(t *testing.T
 	}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestExchangeUnsupported: on a file system that cannot exchange names, the filled spare is
 // renamed into place, and later writes go through new temporary files without trying again.
 func TestExchangeUnsupported(t *testing.T) {

@@ -85,6 +85,9 @@ type Store struct {
 	spareHolds      [2]*fileContent
 	// lastSpare is the spare (0 or 1) the last write through a spare filled.
 	lastSpare int
+	// model is the slotted file the next WritePrepared starts from (see slots.go). Guarded
+	// by mu.
+	model slotModel
 	// dirSyncs holds, per spare, the directory sync that a write through it left to a
 	// goroutine (a write that did not ask for one, see WritePreparedNoDirSync), until a write
 	// waits for it (see awaitDirSync). Guarded by mu.
@@ -198,16 +201,15 @@ func (s *Store) Write(d *Data) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.writeLocked(b, entries)
+	return s.writeLocked(b, entries, true)
 }
 
-// WritePrepared is Write for Prepared content: the same file as
-// Write(p.Data()), with each entry's JSON taken from its cache. The file is
-// written piece by piece through a pooled buffer (writeBuffers), while the
-// checksum, which ends the file, is computed on a second goroutine: a large
-// checkpoint is neither built in memory whole nor hashed before its writing
-// starts. Through the spare (see Write), the bytes of the leading entries
-// that the spare already holds are not written again (see replaceViaSpare).
+// WritePrepared writes p durably, as Write does, in the slotted layout (see slots.go): the
+// file decodes to p.Data() with its entries in the order of their slots, which is the order of
+// p's entries up to the places of departed entries taken by new ones, and verifies. Through
+// the spare (see Write) only the bytes that differ from what the spare holds are written,
+// when the Store knows what it holds (the file it wrote two writes before, unchanged since,
+// see fileID).
 // It is part of the device manager's write path (see the package documentation).
 func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, true) }
 
@@ -221,8 +223,7 @@ func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, tru
 // the checkpoint on disk, but on a goroutine, without waiting for it: the next
 // write that overwrites that spare waits for the sync before it starts. The
 // next write of this kind fills the other spare (SecondSpareFileName), so it
-// waits only for the sync of the write before the last. It is still the
-// cheaper write.
+// waits only for the sync of the write before the last.
 func (s *Store) WritePreparedNoDirSync(p *Prepared) error { return s.writePrepared(p, false) }
 
 func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
@@ -235,49 +236,32 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	size := 0
-	bw := writeBuffers.Get().(*bufio.Writer)
-	how, err := s.replaceLocked(dirSync, p.Entries, func(f io.Writer, skip int64) error {
-		bw.Reset(f)
-		var werr error
-		sum := emitPrepared(p, reg, func(b []byte) {
-			at := int64(size)
-			size += len(b)
-			if werr != nil || int64(size) <= skip {
-				return
-			}
-			if at < skip {
-				b = b[skip-at:]
-			}
-			_, werr = bw.Write(b)
-		})
-		if werr != nil {
-			return werr
+	if p.Entries == nil { // null has no slots
+		s.model = slotModel{}
+		b, _ := EncodePrepared(p)
+		return s.writeLocked(b, 0, dirSync)
+	}
+	im, sum := s.model.update(p, reg)
+	how, err := s.replaceLocked(dirSync, im, func(f *os.File, prev *slotImage) error {
+		if prev != nil && prev.lay == im.lay {
+			return patchImage(f, prev, im, sum)
 		}
-		if int64(size) < skip {
-			return fmt.Errorf("checkpoint store: %d bytes to keep, but the file has %d", skip, size)
-		}
-		var tail [32]byte
-		t := appendChecksumTail(tail[:0], sum)
-		size += len(t)
-		if _, err := bw.Write(t); err != nil {
-			return err
-		}
-		return bw.Flush()
+		return writeImage(&countingWriter{w: f, f: f}, im, sum)
 	})
-	bw.Reset(nil) // let go of the file
-	writeBuffers.Put(bw)
 	if err != nil {
 		return err
 	}
-	s.logWrite(size, len(p.Entries), how)
+	s.logWrite(int(im.size), len(p.Entries), how)
 	return nil
 }
 
 // writeLocked replaces the checkpoint with b, the encoding of entries entries, durably.
 // Callers hold mu.
-func (s *Store) writeLocked(b []byte, entries int) error {
-	how, err := s.replaceLocked(true, nil, func(f io.Writer, _ int64) error { _, err := f.Write(b); return err })
+func (s *Store) writeLocked(b []byte, entries int, dirSync bool) error {
+	how, err := s.replaceLocked(dirSync, nil, func(f *os.File, _ *slotImage) error {
+		_, err := (&countingWriter{w: f, f: f}).Write(b)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -285,10 +269,10 @@ func (s *Store) writeLocked(b []byte, entries int) error {
 	return nil
 }
 
-// writeFunc writes a checkpoint file to w, leaving out its first skip bytes, which the file
-// being filled already holds: w starts at offset skip. skip is 0 unless the write is of a
-// Prepared file (see replaceViaSpare).
-type writeFunc func(w io.Writer, skip int64) error
+// writeFunc writes a checkpoint file into f, a new file or the spare, open at its start. prev
+// is what f holds when the Store knows it (a slotted file it wrote), or nil. The caller
+// truncates f to the new file's size.
+type writeFunc func(f *os.File, prev *slotImage) error
 
 // replacement says how a write replaced the checkpoint.
 type replacement struct {
@@ -296,17 +280,40 @@ type replacement struct {
 	dirSync  bool // the directory was synced after it
 	// dirSyncLater: the directory is being synced after it, on a goroutine (see syncDirLater)
 	dirSyncLater bool
-	kept         int64 // bytes of the spare left as they were, not written again
+	patched      bool // only the bytes that differ from what the spare held were written
+}
+
+// fileContent is what a Store knows a file it wrote holds: its slotted image, and the file's
+// identity as the Store last saw it. A later write checks the identity before it trusts the
+// image (see replaceViaSpare).
+type fileContent struct {
+	img *slotImage
+	id  fileID
+}
+
+// fileID is what a Store compares to decide that a file is still the one it wrote: the same
+// inode, size, modification time and, once set, change time. Writing into the file, truncating
+// it, putting another file at its name or changing its times, mode or owner changes one of
+// them, as long as the file system's timestamps tell the change from the Store's own last
+// look at the file: since Linux 6.13 (multigrain timestamps on ext4, xfs, btrfs and tmpfs) a
+// change after the Store read the times always does. On older kernels a change that keeps the
+// size, made within one clock tick of the Store's write, is not seen; only a process writing
+// in place into one of the Store's own 0600 files can make one, and the checkpoint it leads to
+// fails its checksum when read.
+type fileID struct {
+	dev, ino         uint64
+	size             int64
+	mtimeNs, ctimeNs int64
+	ctimeKnown       bool
 }
 
 // replaceLocked replaces the checkpoint with what write writes, through the spare when it can
 // (replaceViaSpare) and plain writes are not asked for, and a new temporary file otherwise,
 // and fsyncs the directory when dirSync is set (a write through the spare always does, on a
 // goroutine when dirSync is not set). It first waits for a directory sync still running.
-// entries are the new file's entries when it is a Prepared file, nil otherwise. Callers hold
-// mu.
-func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (replacement, error) {
-	later := !dirSync && fastPath(offLaterSync)
+// im is the new file's image when it is slotted, nil otherwise. Callers hold mu.
+func (s *Store) replaceLocked(dirSync bool, im *slotImage, write writeFunc) (replacement, error) {
+	later := !dirSync
 	// A write that syncs the directory refills the spare the last one filled, which holds the
 	// most recent file the Store replaced; one that leaves its sync to a goroutine takes the
 	// other, whose exchange is one write older, and waits only for that exchange's sync.
@@ -316,14 +323,14 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 	}
 	s.awaitDirSync(spare)
 	if !s.plain {
-		size, kept, done, err := s.replaceViaSpare(write, entries, spare, later)
+		size, patched, done, err := s.replaceViaSpare(write, im, spare, later)
 		if done {
 			s.lastSize = size
 			if err != nil {
 				s.lastSize = -1
 				return replacement{}, &FileError{Path: s.path, Err: err}
 			}
-			return replacement{viaSpare: true, dirSync: !later, dirSyncLater: later, kept: kept}, nil
+			return replacement{viaSpare: true, dirSync: !later, dirSyncLater: later, patched: patched}, nil
 		}
 	}
 	s.checkpointHolds, s.spareHolds = nil, [2]*fileContent{}
@@ -331,7 +338,7 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
 		replaced = holdFile(s.path)
 	}
-	size, err := writeFileAtomic(s.dir, s.path, func(w io.Writer) error { return write(w, 0) }, dirSync)
+	size, err := writeFileAtomic(s.dir, s.path, func(f *os.File) error { return write(f, nil) }, dirSync)
 	s.releaseReplaced(replaced)
 	s.lastSize = size
 	if err != nil {
@@ -428,13 +435,13 @@ func (s *Store) releaseReplaced(h *heldFile) {
 
 func (s *Store) logWrite(bytes, entries int, how replacement) {
 	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries,
-		"dirSynced", how.dirSync, "dirSyncLater", how.dirSyncLater, "viaSpare", how.viaSpare, "keptBytes", how.kept)
+		"dirSynced", how.dirSync, "dirSyncLater", how.dirSyncLater, "viaSpare", how.viaSpare, "patched", how.patched)
 }
 
-// writeFileAtomic replaces path with what write writes through a temporary file in dir:
-// write, fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable.
-// It returns the number of bytes written.
-func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool) (size int64, err error) {
+// writeFileAtomic replaces path with what write writes into a temporary file in dir: write,
+// fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable. It
+// returns the file's size.
+func writeFileAtomic(dir, path string, write func(*os.File) error, dirSync bool) (size int64, err error) {
 	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
 		return 0, fmt.Errorf("create temporary file: %w", err)
@@ -446,9 +453,12 @@ func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool
 			_ = os.Remove(tmp)
 		}
 	}()
-	cw := &countingWriter{w: f, f: f}
-	if err = write(cw); err != nil {
+	if err = write(f); err != nil {
 		return 0, fmt.Errorf("write temporary file: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("stat temporary file: %w", err)
 	}
 	if err = f.Sync(); err != nil {
 		return 0, fmt.Errorf("sync temporary file: %w", err)
@@ -460,12 +470,12 @@ func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool
 		return 0, fmt.Errorf("rename temporary file: %w", err)
 	}
 	if !dirSync {
-		return cw.n, nil
+		return fi.Size(), nil
 	}
 	if err := syncDir(dir); err != nil {
 		return 0, err // the rename happened: keep the new file
 	}
-	return cw.n, nil
+	return fi.Size(), nil
 }
 
 // countingWriter counts the bytes written through it. With f set, it asks the kernel to
@@ -623,4 +633,17 @@ func (s *Store) Remove() error {
 		return &FileError{Path: s.path, Err: err}
 	}
 	return nil
+}
+
+// sizeOr returns the size of the file of im, or, for a file that is not slotted (nil im),
+// f's offset after it was written from its start.
+func (im *slotImage) sizeOr(f *os.File) int64 {
+	if im != nil {
+		return im.size
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return -1
+	}
+	return off
 }
