@@ -123,9 +123,6 @@ func (s *Store) Read() (*Data, Layout, error) { return s.s.Read() }
 // Errors are *FileError.
 func (s *Store) Remove() error { return s.s.Remove() }
 
-// Close waits until the files that writes replaced are released: a large
-// replaced file is let go of on a goroutine, so that freeing its blocks is not
-// part of the write. It also waits for a directory sync that a write left
-// running. The Store stays usable; later writes release what they replace
-// before returning.
+// Close waits for a directory sync that a write left running. The Store stays
+// usable; later writes sync the directory before they return.
 func (s *Store) Close() error { return s.s.Close() }

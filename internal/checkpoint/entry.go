@@ -164,7 +164,7 @@ func EncodePrepared(p *Prepared) ([]byte, error) {
 	buf = append(buf, jsonFileHead...)
 	buf = appendJoined(buf, p.Entries, p.Entries == nil, '[', ']', func(e *Entry) []byte { return e.encoded().json })
 	buf = appendRegistered(buf, p.Registered == nil, reg)
-	return appendChecksumTail(buf, sum, 0), nil
+	return appendChecksumTail(buf, sum), nil
 }
 
 // planPrepared checks that every piece of p encodes (the only failure is ErrInvalidUTF8, found
@@ -225,17 +225,10 @@ func appendRegistered(buf []byte, regNil bool, reg []*Registered) []byte {
 	return append(buf, '}')
 }
 
-// appendChecksumTail appends the end of the file: the checksum and the closing brace. With
-// width, the number is followed by spaces up to width digits, so that its place in the file
-// does not move with its length.
-func appendChecksumTail(buf []byte, sum uint32, width int) []byte {
+// appendChecksumTail appends the end of the file: the checksum and the closing brace.
+func appendChecksumTail(buf []byte, sum uint32) []byte {
 	buf = append(buf, `,"Checksum":`...)
-	n := len(buf)
-	buf = appendInt(buf, int64(sum))
-	for len(buf)-n < width {
-		buf = append(buf, ' ')
-	}
-	return append(buf, '}')
+	return append(appendInt(buf, int64(sum)), '}')
 }
 
 // checksumEntries returns the checksum's state after the entry list of a file whose

@@ -94,7 +94,7 @@ type sumBlock struct {
 }
 
 // update makes the model hold p's entries, each staying in its slot, and returns the image
-// to write, with its checksum. reg is p's registered pairs, sorted.
+// to write and the checksum's state after its entry list. reg is p's registered pairs, sorted.
 func (m *slotModel) update(p *Prepared, reg []*Registered) (*slotImage, uint32) {
 	arrivals := m.sort(p.Entries)
 	if m.lay == nil || !m.place(arrivals) {
@@ -105,7 +105,7 @@ func (m *slotModel) update(p *Prepared, reg []*Registered) (*slotImage, uint32) 
 		im.first = slices.IndexFunc(m.slots, func(e *Entry) bool { return e != nil })
 	}
 	im.size = m.lay.tailOff() + tailLen(im.regNil, reg)
-	return im, checksumTail(m.checksum(), im.regNil, reg)
+	return im, m.checksum()
 }
 
 // sort marks the entries of the model that are in entries, frees the slots of those that are
@@ -280,25 +280,32 @@ func (m *slotModel) composeBlock(blk *sumBlock, slots []*Entry) bool {
 	return true
 }
 
-// writeImage writes the whole slotted file of im, with checksum sum, to w.
-func writeImage(w io.Writer, im *slotImage, sum uint32) error {
+// writeImage writes the whole slotted file of im to f from its start, the checksum's digits
+// left as spaces (see writeSum).
+func writeImage(f *os.File, im *slotImage) error {
+	return buffered(&countingWriter{w: f, f: f}, func(bw *bufio.Writer) {
+		_, _ = bw.Write(jsonFileHead)
+		_ = bw.WriteByte('[')
+		var buf []byte
+		for i := range im.lay.off {
+			buf = im.slotBytes(buf[:0], i)
+			_, _ = bw.Write(buf)
+		}
+		_, _ = bw.Write(spaces(buf[:0], im.lay.gap-im.lay.end))
+		_ = bw.WriteByte(']')
+		im.writeTail(bw)
+	})
+}
+
+// buffered runs write with a pooled buffer (writeBuffers) in front of w and flushes it.
+func buffered(w io.Writer, write func(*bufio.Writer)) error {
 	bw := writeBuffers.Get().(*bufio.Writer)
 	bw.Reset(w)
-	defer func() {
-		bw.Reset(nil) // let go of the file
-		writeBuffers.Put(bw)
-	}()
-	if _, err := bw.Write(jsonFileHead); err != nil {
-		return err
-	}
-	_ = bw.WriteByte('[')
-	for i := range im.lay.off {
-		_, _ = bw.Write(im.slotBytes(nil, i))
-	}
-	_, _ = bw.Write(spaces(nil, im.lay.gap-im.lay.end))
-	_ = bw.WriteByte(']')
-	_, _ = bw.Write(im.tail(nil, sum))
-	return bw.Flush()
+	write(bw)
+	err := bw.Flush()
+	bw.Reset(nil) // let go of the file
+	writeBuffers.Put(bw)
+	return err
 }
 
 // slotBytes appends the bytes of slot i.
@@ -314,9 +321,30 @@ func (im *slotImage) slotBytes(buf []byte, i int) []byte {
 	return spaces(buf, im.lay.size[i]-int64(len(buf)-n))
 }
 
-// tail appends what follows the entry list: the registered devices and the checksum.
-func (im *slotImage) tail(buf []byte, sum uint32) []byte {
-	return appendChecksumTail(appendRegistered(buf, im.regNil, im.reg), sum, sumWidth)
+// writeTail writes what follows the entry list: the registered devices and the checksum,
+// its digits left as spaces.
+func (im *slotImage) writeTail(bw *bufio.Writer) {
+	_, _ = bw.Write(jsonRegistered)
+	if im.regNil {
+		_, _ = bw.WriteString("null")
+	} else {
+		_ = bw.WriteByte('{')
+		for i, r := range im.reg {
+			if i > 0 {
+				_ = bw.WriteByte(',')
+			}
+			_, _ = bw.Write(r.encoded().json)
+		}
+		_ = bw.WriteByte('}')
+	}
+	_, _ = bw.WriteString(`},"Checksum":          }`) // sumWidth spaces
+}
+
+// writeSum writes the checksum's digits into the file of im.
+func writeSum(f *os.File, im *slotImage, sum uint32) error {
+	digits := appendInt(nil, int64(sum))
+	_, err := f.WriteAt(spaces(digits, sumWidth-int64(len(digits))), im.size-1-sumWidth)
+	return err
 }
 
 // spaces appends n spaces.
@@ -339,10 +367,10 @@ func tailLen(regNil bool, reg []*Registered) int64 {
 	return int64(n)
 }
 
-// patchImage turns f, which holds prev (of the same layout), into next with checksum sum:
-// only the slots that differ and the tail are written, a run of changed slots in one write.
-// When the registered devices are the same, only the checksum's digits are.
-func patchImage(f *os.File, prev, next *slotImage, sum uint32) error {
+// patchImage turns f, which holds prev (of the same layout), into next, the checksum's digits
+// left as they are (see writeSum): only the slots that differ are written, a run of changed
+// slots in one write, and the registered devices if they changed.
+func patchImage(f *os.File, prev, next *slotImage) error {
 	var buf []byte
 	start := -1
 	flush := func() error {
@@ -369,12 +397,10 @@ func patchImage(f *os.File, prev, next *slotImage, sum uint32) error {
 		return err
 	}
 	if prev.regNil == next.regNil && slices.Equal(prev.reg, next.reg) {
-		digits := spaces(appendInt(buf[:0], int64(sum)), 0)
-		digits = spaces(digits, sumWidth-int64(len(digits)))
-		_, err := f.WriteAt(digits, next.size-1-sumWidth)
-		return err
+		return nil
 	}
-	if _, err := f.WriteAt(next.tail(buf[:0], sum), next.lay.tailOff()); err != nil {
+	off := next.lay.tailOff()
+	if err := buffered(&countingWriter{w: io.NewOffsetWriter(f, off), f: f, base: off}, next.writeTail); err != nil {
 		return err
 	}
 	if next.size < prev.size {

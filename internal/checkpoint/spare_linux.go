@@ -42,18 +42,18 @@ var exchangeFiles = func(a, b string) error {
 // that differ are written (patched).
 //
 // Callers hold mu.
-func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncLater bool) (size int64, patched, done bool, err error) {
+func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncLater bool) (patched, done bool, err error) {
 	if s.noExchange || !s.spareSafe {
-		return 0, false, false, nil
+		return false, false, nil
 	}
 	var st unix.Stat_t
 	if unix.Lstat(s.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, false, false, nil
+		return false, false, nil
 	}
 	name := s.spares[spare]
 	f, st, ok := s.openSpare(name)
 	if !ok {
-		return 0, false, false, nil
+		return false, false, nil
 	}
 	defer func() { _ = f.Close() }() // releases the lock, after the exchange
 	held, replaced := s.spareHolds[spare], s.checkpointHolds
@@ -64,18 +64,18 @@ func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncL
 	}
 	if err := write(f, prev); err != nil {
 		s.dropSpare(name)
-		return 0, false, true, fmt.Errorf("write temporary file: %w", err)
+		return false, true, fmt.Errorf("write temporary file: %w", err)
 	}
-	size = im.sizeOr(f)
+	size := im.sizeOr(f)
 	if size < st.Size {
 		if err := f.Truncate(size); err != nil {
 			s.dropSpare(name)
-			return 0, false, true, fmt.Errorf("truncate temporary file: %w", err)
+			return false, true, fmt.Errorf("truncate temporary file: %w", err)
 		}
 	}
 	if err := unix.Fdatasync(int(f.Fd())); err != nil {
 		s.dropSpare(name)
-		return 0, false, true, fmt.Errorf("sync temporary file: %w", err)
+		return false, true, fmt.Errorf("sync temporary file: %w", err)
 	}
 	var written *fileContent
 	if im != nil && unix.Fstat(int(f.Fd()), &st) == nil {
@@ -85,7 +85,7 @@ func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncL
 		unsupported := errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)
 		if !unsupported && !errors.Is(err, fs.ErrNotExist) {
 			s.dropSpare(name)
-			return 0, false, true, fmt.Errorf("exchange temporary file with checkpoint: %w", err)
+			return false, true, fmt.Errorf("exchange temporary file with checkpoint: %w", err)
 		}
 		if unsupported {
 			s.noExchange = true
@@ -94,7 +94,7 @@ func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncL
 		// The spare is whole and synced: put it in place as a new temporary file would be.
 		if err := os.Rename(name, s.path); err != nil {
 			s.dropSpare(name)
-			return 0, false, true, fmt.Errorf("rename temporary file: %w", err)
+			return false, true, fmt.Errorf("rename temporary file: %w", err)
 		}
 		replaced = nil // it is gone, and nothing is at the spare's name
 	}
@@ -103,11 +103,11 @@ func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncL
 		s.syncDirLater(spare) // a write waits for it before it overwrites this spare
 	} else if err := syncDir(s.dir); err != nil {
 		s.spareSafe = false // the exchange may not be on disk: the spare may still be the checkpoint there
-		return 0, false, true, err
+		return false, true, err
 	}
 	s.checkpointHolds = written
 	s.spareHolds[spare] = movedToSpare(name, replaced)
-	return size, prev != nil, true, nil
+	return prev != nil, true, nil
 }
 
 // movedToSpare returns what the spare holds after an exchange moved the file of the previous

@@ -65,12 +65,8 @@ type Store struct {
 	clock      clock.PassiveClock
 
 	mu sync.Mutex
-	// closed is set by Close, after which replaced files are released inline. Guarded by mu.
+	// closed is set by Close, after which directory syncs run inline. Guarded by mu.
 	closed bool
-	// lastSize is the size of the file the last write left, or -1 if unknown; a write takes a
-	// reference to the file it replaces only when that file is large (see holdFile). Guarded
-	// by mu.
-	lastSize int64
 	// noExchange is set once the file system refused to exchange names; spareSafe is cleared
 	// while the spare may still be the checkpoint on disk (the directory sync after an
 	// exchange failed, or NewStore found a spare), until a later directory sync succeeds.
@@ -93,14 +89,9 @@ type Store struct {
 	// waits for it (see awaitDirSync). Guarded by mu.
 	dirSyncs [2]*pendingSync
 
-	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
-	releases sync.WaitGroup
+	// syncing tracks the goroutines syncing the directory (see syncDirLater).
+	syncing sync.WaitGroup
 }
-
-// asyncReleaseSize is the size from which the file a write replaces is released on a
-// goroutine. Dropping the last reference to a file frees its blocks, which for a checkpoint of
-// 10,000 pods (7 MB on ext4) takes longer than a millisecond; nothing needs to wait for it.
-const asyncReleaseSize = 1 << 20
 
 // writeBufferSize is the size of the buffer WritePrepared writes the file through.
 const writeBufferSize = 256 << 10
@@ -128,7 +119,6 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		quarantine: !cfg.OverwriteCorrupt,
 		plain:      cfg.PlainWrites,
 		clock:      cfg.Clock,
-		lastSize:   -1,
 		spareSafe:  true,
 	}
 	if s.clock == nil {
@@ -241,12 +231,27 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 		b, _ := EncodePrepared(p)
 		return s.writeLocked(b, 0, dirSync)
 	}
-	im, sum := s.model.update(p, reg)
+	im, h := s.model.update(p, reg)
 	how, err := s.replaceLocked(dirSync, im, func(f *os.File, prev *slotImage) error {
-		if prev != nil && prev.lay == im.lay {
-			return patchImage(f, prev, im, sum)
+		// The checksum's digits are written last, so a large list of registered devices is
+		// hashed while the file is written.
+		sum := make(chan uint32, 1)
+		tail := func() { sum <- checksumTail(h, im.regNil, reg) }
+		if im.size-im.lay.tailOff() >= 1<<20 {
+			go tail()
+		} else {
+			tail()
 		}
-		return writeImage(&countingWriter{w: f, f: f}, im, sum)
+		var err error
+		if prev != nil && prev.lay == im.lay {
+			err = patchImage(f, prev, im)
+		} else {
+			err = writeImage(f, im)
+		}
+		if h := <-sum; err == nil {
+			err = writeSum(f, im, h)
+		}
+		return err
 	})
 	if err != nil {
 		return err
@@ -323,26 +328,17 @@ func (s *Store) replaceLocked(dirSync bool, im *slotImage, write writeFunc) (rep
 	}
 	s.awaitDirSync(spare)
 	if !s.plain {
-		size, patched, done, err := s.replaceViaSpare(write, im, spare, later)
+		patched, done, err := s.replaceViaSpare(write, im, spare, later)
 		if done {
-			s.lastSize = size
 			if err != nil {
-				s.lastSize = -1
 				return replacement{}, &FileError{Path: s.path, Err: err}
 			}
 			return replacement{viaSpare: true, dirSync: !later, dirSyncLater: later, patched: patched}, nil
 		}
 	}
 	s.checkpointHolds, s.spareHolds = nil, [2]*fileContent{}
-	var replaced *heldFile
-	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
-		replaced = holdFile(s.path)
-	}
-	size, err := writeFileAtomic(s.dir, s.path, func(f *os.File) error { return write(f, nil) }, dirSync)
-	s.releaseReplaced(replaced)
-	s.lastSize = size
+	err := writeFileAtomic(s.dir, s.path, func(f *os.File) error { return write(f, nil) }, dirSync)
 	if err != nil {
-		s.lastSize = -1
 		return replacement{}, &FileError{Path: s.path, Err: err}
 	}
 	if dirSync {
@@ -351,16 +347,15 @@ func (s *Store) replaceLocked(dirSync bool, im *slotImage, write writeFunc) (rep
 	return replacement{dirSync: dirSync}, nil
 }
 
-// Close waits until the files that writes replaced are released (see asyncReleaseSize), and
-// for a directory sync a write left running (see syncDirLater). The Store stays usable; later
-// writes release what they replace before returning. The device
-// manager calls it when it stops, so that no goroutine of its store outlives it.
+// Close waits for a directory sync a write left running (see syncDirLater). The Store stays
+// usable; later writes sync the directory before they return. The device manager calls it
+// when it stops, so that no goroutine of its store outlives it.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.awaitDirSyncs()
 	s.closed = true
 	s.mu.Unlock()
-	s.releases.Wait()
+	s.syncing.Wait()
 	return nil
 }
 
@@ -385,9 +380,9 @@ func (s *Store) syncDirLater(spare int) {
 		close(p.done)
 		return
 	}
-	s.releases.Add(1)
+	s.syncing.Add(1)
 	go func() {
-		defer s.releases.Done()
+		defer s.syncing.Done()
 		p.err = syncDir(s.dir)
 		close(p.done)
 	}()
@@ -416,35 +411,17 @@ func (s *Store) awaitDirSyncs() {
 	s.awaitDirSync(1)
 }
 
-// releaseReplaced drops the reference holdFile took: on a goroutine for a file of
-// asyncReleaseSize or more, unless the Store is closed. Callers hold mu.
-func (s *Store) releaseReplaced(h *heldFile) {
-	if h == nil {
-		return
-	}
-	if h.size < asyncReleaseSize || s.closed {
-		h.release()
-		return
-	}
-	s.releases.Add(1)
-	go func() {
-		defer s.releases.Done()
-		h.release()
-	}()
-}
-
 func (s *Store) logWrite(bytes, entries int, how replacement) {
 	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries,
 		"dirSynced", how.dirSync, "dirSyncLater", how.dirSyncLater, "viaSpare", how.viaSpare, "patched", how.patched)
 }
 
 // writeFileAtomic replaces path with what write writes into a temporary file in dir: write,
-// fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable. It
-// returns the file's size.
-func writeFileAtomic(dir, path string, write func(*os.File) error, dirSync bool) (size int64, err error) {
+// fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable.
+func writeFileAtomic(dir, path string, write func(*os.File) error, dirSync bool) (err error) {
 	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
-		return 0, fmt.Errorf("create temporary file: %w", err)
+		return fmt.Errorf("create temporary file: %w", err)
 	}
 	tmp := f.Name()
 	defer func() {
@@ -454,28 +431,21 @@ func writeFileAtomic(dir, path string, write func(*os.File) error, dirSync bool)
 		}
 	}()
 	if err = write(f); err != nil {
-		return 0, fmt.Errorf("write temporary file: %w", err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("stat temporary file: %w", err)
+		return fmt.Errorf("write temporary file: %w", err)
 	}
 	if err = f.Sync(); err != nil {
-		return 0, fmt.Errorf("sync temporary file: %w", err)
+		return fmt.Errorf("sync temporary file: %w", err)
 	}
 	if err = f.Close(); err != nil {
-		return 0, fmt.Errorf("close temporary file: %w", err)
+		return fmt.Errorf("close temporary file: %w", err)
 	}
 	if err = os.Rename(tmp, path); err != nil {
-		return 0, fmt.Errorf("rename temporary file: %w", err)
+		return fmt.Errorf("rename temporary file: %w", err)
 	}
-	if !dirSync {
-		return fi.Size(), nil
+	if dirSync {
+		return syncDir(dir) // on failure the rename happened: keep the new file
 	}
-	if err := syncDir(dir); err != nil {
-		return 0, err // the rename happened: keep the new file
-	}
-	return fi.Size(), nil
+	return nil
 }
 
 // countingWriter counts the bytes written through it. With f set, it asks the kernel to
