@@ -159,13 +159,23 @@ func EncodePrepared(p *Prepared) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := checksumTail(checksumEntries(p.Entries), p.Registered == nil, reg)
+	// A large file is hashed on a second goroutine while its JSON is put together.
+	sum := make(chan uint32, 1)
+	hash := func() { sum <- checksumTail(checksumEntries(p.Entries), p.Registered == nil, reg) }
+	if size >= parallelHashBytes {
+		go hash()
+	} else {
+		hash()
+	}
 	buf := make([]byte, 0, size)
 	buf = append(buf, jsonFileHead...)
 	buf = appendJoined(buf, p.Entries, p.Entries == nil, '[', ']', func(e *Entry) []byte { return e.encoded().json })
 	buf = appendRegistered(buf, p.Registered == nil, reg)
-	return appendChecksumTail(buf, sum), nil
+	return appendChecksumTail(buf, <-sum), nil
 }
+
+// parallelHashBytes is the size of JSON from which EncodePrepared hashes on a second goroutine.
+const parallelHashBytes = 64 << 10
 
 // planPrepared checks that every piece of p encodes (the only failure is ErrInvalidUTF8, found
 // before anything is written) and returns p's registered pairs sorted by resource and the

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -71,8 +72,8 @@ func commonPrefix(a, b []byte) int64 {
 	return int64(n)
 }
 
-// checkHolds reads the checkpoint and checks that it verifies and holds p's entries (in any
-// order) and registered devices.
+// checkHolds reads the checkpoint and checks that it verifies, as kdm reads it and as the
+// kubelet does, and holds p's entries (in any order) and registered devices.
 func checkHolds(t *testing.T, path string, p *Prepared, what string) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
@@ -82,6 +83,15 @@ func checkHolds(t *testing.T, path string, p *Prepared, what string) {
 	got, _, err := Decode(raw)
 	if err != nil {
 		t.Fatalf("%s: %v (a file of %d bytes)", what, err, len(raw))
+	}
+	// The kubelet's way: encoding/json into its types, the checksum over go-spew's dump.
+	var kubelet oracleFile
+	if err := json.Unmarshal(raw, &kubelet); err != nil {
+		t.Fatalf("%s: encoding/json refuses the file: %v", what, err)
+	}
+	d := &Data{PodDeviceEntries: kubelet.Data.PodDeviceEntries, RegisteredDevices: kubelet.Data.RegisteredDevices}
+	if sum := oracleChecksum(d); uint64(sum) != kubelet.Checksum {
+		t.Fatalf("%s: the kubelet's checksum of the file is %d, the file says %d", what, sum, kubelet.Checksum)
 	}
 	want := p.Data()
 	byPod := func(a, b PodDevicesEntry) int { return strings.Compare(a.PodUID, b.PodUID) }
