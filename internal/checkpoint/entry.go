@@ -44,12 +44,17 @@ type Registered struct {
 	IDs  []string
 	text atomic.Pointer[cachedText]
 	hash pieceSum
+	// serial tells this pair from every other, so that a Store remembers which pairs a file
+	// holds without keeping them (see slotImage).
+	serial uint64
 }
 
 // NewRegistered returns the pair resource: ids. ids is shared, not copied.
 func NewRegistered(resource string, ids []string) *Registered {
-	return &Registered{Resource: resource, IDs: ids}
+	return &Registered{Resource: resource, IDs: ids, serial: registeredSerial.Add(1)}
 }
+
+var registeredSerial atomic.Uint64
 
 // cachedText is a piece of JSON, or the string in it that is not valid UTF-8.
 type cachedText struct {

@@ -49,14 +49,16 @@ type slotLayout struct {
 func (l *slotLayout) tailOff() int64 { return l.gap + 1 }
 
 // slotImage is what a slotted file holds: its layout, the entry in each slot (nil when free),
-// the first occupied slot (-1 if none), its registered pairs and its size.
+// the first occupied slot (-1 if none), its registered pairs (reg, only until it is written:
+// a large list is not kept alive for the comparison, their serials are) and its size.
 type slotImage struct {
-	lay    *slotLayout
-	slots  []*Entry
-	first  int
-	reg    []*Registered
-	regNil bool
-	size   int64
+	lay     *slotLayout
+	slots   []*Entry
+	first   int
+	reg     []*Registered
+	serials []uint64
+	regNil  bool
+	size    int64
 }
 
 // at returns the entry in slot i, nil for a free slot or one added after the image.
@@ -101,6 +103,9 @@ func (m *slotModel) update(p *Prepared, reg []*Registered) (*slotImage, uint32) 
 		m.relayout(p.Entries)
 	}
 	im := &slotImage{lay: m.lay, slots: slices.Clone(m.slots), first: -1, reg: reg, regNil: p.Registered == nil}
+	for _, r := range reg {
+		im.serials = append(im.serials, r.serial)
+	}
 	if m.count > 0 {
 		im.first = slices.IndexFunc(m.slots, func(e *Entry) bool { return e != nil })
 	}
@@ -396,7 +401,8 @@ func patchImage(f *os.File, prev, next *slotImage) error {
 	if err := flush(); err != nil {
 		return err
 	}
-	if prev.regNil == next.regNil && slices.Equal(prev.reg, next.reg) {
+	// A pair not made by NewRegistered has serial 0 and is always written.
+	if prev.regNil == next.regNil && slices.Equal(prev.serials, next.serials) && !slices.Contains(next.serials, 0) {
 		return nil
 	}
 	off := next.lay.tailOff()

@@ -253,6 +253,7 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 		}
 		return err
 	})
+	im.reg = nil // written: the Store remembers the pairs by their serials
 	if err != nil {
 		return err
 	}
