@@ -99,9 +99,7 @@ package checkpoint
 // file. NewStore removes temporary files a killed writer left behind. The
 // file mode is 0600; a missing directory is created 0755, the kubelet's
 // mode, because it is the device-plugin socket directory that plugins must
-// traverse. When the file being replaced is large, the Store keeps a
-// reference to it across the rename and drops it on a goroutine, so freeing
-// its blocks is not part of the write; Close waits for those goroutines.
+// traverse.
 //
 // On Linux, once a checkpoint exists and unless StoreConfig.PlainWrites is
 // set, a write does not make a new file: it overwrites the spare
