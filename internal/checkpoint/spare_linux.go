@@ -15,9 +15,9 @@ var exchangeFiles = func(a, b string) error {
 	return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
 }
 
-// replaceViaSpare replaces the checkpoint with what write writes by overwriting spare (0:
-// SpareFileName, 1: SecondSpareFileName) and swapping it with the checkpoint, and reports whether it did the
-// write (done). It declines, leaving everything as it was, when the spare cannot be used
+// replaceViaSpare replaces the checkpoint with what write writes by overwriting the spare
+// (SpareFileName) and swapping it with the checkpoint, and reports whether it did the write
+// (done). It declines, leaving everything as it was, when the spare cannot be used
 // safely: the checkpoint is not a regular file, the spare is not a regular file of ours with
 // one name, another writer holds it, the last directory sync failed, or the file system cannot
 // exchange names. The caller then writes a fresh temporary file instead.
@@ -27,22 +27,19 @@ var exchangeFiles = func(a, b string) error {
 // (a half to two thirds of it, for a small checkpoint on ext4). It is as safe, given three rules:
 //   - the spare is synced before the exchange, so the name that becomes the checkpoint's
 //     always holds a whole file;
-//   - the directory is synced after every exchange, whatever the caller asked for: a later
-//     write overwrites the spare, which until that sync might still be the checkpoint on disk
-//     (with syncLater, for a caller that did not ask for it, the sync runs on a goroutine, and
-//     the write that next overwrites this spare waits for it before anything else, see
-//     syncDirLater; the caller picks the other spare for the next such write);
+//   - the directory is synced after every exchange, whatever the caller asked for: the next
+//     write overwrites the spare, which until that sync might still be the checkpoint on disk;
 //   - the spare is overwritten only under an exclusive flock, and only while it is still the
 //     file at the spare's name, so two writers never fill the same file, and a reader holding
 //     a shared lock (Read) never sees the file change under it.
 //
 // im is the new file's image when it is slotted (nil otherwise). When the spare is still the
-// file this Store wrote two (or three) writes ago, unchanged since (see fileID), and both are
+// file this Store wrote two writes ago, unchanged since (see fileID), and both are
 // slotted files of the same layout, write is given what the spare holds, and only the bytes
 // that differ are written (patched).
 //
 // Callers hold mu.
-func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncLater bool) (patched, done bool, err error) {
+func (s *Store) replaceViaSpare(write writeFunc, im *slotImage) (patched, done bool, err error) {
 	if s.noExchange || !s.spareSafe {
 		return false, false, nil
 	}
@@ -50,14 +47,14 @@ func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncL
 	if unix.Lstat(s.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false, false, nil
 	}
-	name := s.spares[spare]
+	name := s.spare
 	f, st, ok := s.openSpare(name)
 	if !ok {
 		return false, false, nil
 	}
 	defer func() { _ = f.Close() }() // releases the lock, after the exchange
-	held, replaced := s.spareHolds[spare], s.checkpointHolds
-	s.checkpointHolds, s.spareHolds[spare] = nil, nil // known again only once this write succeeds
+	held, replaced := s.spareHolds, s.checkpointHolds
+	s.checkpointHolds, s.spareHolds = nil, nil // known again only once this write succeeds
 	var prev *slotImage
 	if held != nil && im != nil && held.img.lay == im.lay && idOf(&st, true) == held.id {
 		prev = held.img
@@ -98,15 +95,12 @@ func (s *Store) replaceViaSpare(write writeFunc, im *slotImage, spare int, syncL
 		}
 		replaced = nil // it is gone, and nothing is at the spare's name
 	}
-	s.lastSpare = spare
-	if syncLater {
-		s.syncDirLater(spare) // a write waits for it before it overwrites this spare
-	} else if err := syncDir(s.dir); err != nil {
+	if err := syncDir(s.dir); err != nil {
 		s.spareSafe = false // the exchange may not be on disk: the spare may still be the checkpoint there
 		return false, true, err
 	}
 	s.checkpointHolds = written
-	s.spareHolds[spare] = movedToSpare(name, replaced)
+	s.spareHolds = movedToSpare(name, replaced)
 	return prev != nil, true, nil
 }
 

@@ -29,10 +29,9 @@ const (
 	// write replaced. Unlike the other temporary files, NewStore keeps it for later writes.
 	SpareFileName = tempPrefix + "spare"
 
-	// SecondSpareFileName is the spare that a write asking for no directory sync fills when
-	// the last write went through SpareFileName, and the other way round (see syncDirLater):
-	// it lets such a write go ahead while the directory sync of the write before it runs.
-	// NewStore keeps it too.
+	// SecondSpareFileName is a second spare that earlier versions filled in turn with
+	// SpareFileName. No write fills it any more; NewStore removes one left behind, as it does
+	// other temporary files, and Remove removes it too.
 	SecondSpareFileName = tempPrefix + "spare2"
 
 	// DirMode is the mode NewStore creates a missing directory with. It is
@@ -58,15 +57,13 @@ const (
 type Store struct {
 	dir        string
 	path       string
-	spares     [2]string // SpareFileName and SecondSpareFileName
+	spare      string // SpareFileName's path
 	logger     klog.Logger
 	quarantine bool
 	plain      bool // StoreConfig.PlainWrites: never through the spare
 	clock      clock.PassiveClock
 
 	mu sync.Mutex
-	// closed is set by Close, after which directory syncs run inline. Guarded by mu.
-	closed bool
 	// noExchange is set once the file system refused to exchange names; spareSafe is cleared
 	// while the spare may still be the checkpoint on disk (the directory sync after an
 	// exchange failed, or NewStore found a spare), until a later directory sync succeeds.
@@ -78,19 +75,10 @@ type Store struct {
 	// A write through a spare leaves in place what the spare already holds of the new file
 	// (see replaceViaSpare). Guarded by mu.
 	checkpointHolds *fileContent
-	spareHolds      [2]*fileContent
-	// lastSpare is the spare (0 or 1) the last write through a spare filled.
-	lastSpare int
+	spareHolds      *fileContent
 	// model is the slotted file the next WritePrepared starts from (see slots.go). Guarded
 	// by mu.
 	model slotModel
-	// dirSyncs holds, per spare, the directory sync that a write through it left to a
-	// goroutine (a write that did not ask for one, see WritePreparedNoDirSync), until a write
-	// waits for it (see awaitDirSync). Guarded by mu.
-	dirSyncs [2]*pendingSync
-
-	// syncing tracks the goroutines syncing the directory (see syncDirLater).
-	syncing sync.WaitGroup
 }
 
 // writeBufferSize is the size of the buffer WritePrepared writes the file through.
@@ -125,7 +113,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		s.clock = clock.RealClock{}
 	}
 	s.path = filepath.Join(s.dir, FileName)
-	s.spares = [2]string{filepath.Join(s.dir, SpareFileName), filepath.Join(s.dir, SecondSpareFileName)}
+	s.spare = filepath.Join(s.dir, SpareFileName)
 	if err := os.MkdirAll(s.dir, DirMode); err != nil {
 		return nil, fmt.Errorf("checkpoint store: create directory: %w", err)
 	}
@@ -142,7 +130,7 @@ func (s *Store) removeStaleTemps() error {
 	}
 	removed := false
 	for _, e := range entries {
-		if e.Name() == SpareFileName || e.Name() == SecondSpareFileName {
+		if e.Name() == SpareFileName {
 			// Kept: removing it would free its blocks and sync the directory on the way to
 			// reading the checkpoint. A previous Store may have exchanged it just before it
 			// stopped, so until a directory sync it may still be the checkpoint on disk.
@@ -208,12 +196,9 @@ func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, tru
 // ever (written, fsynced and renamed, so a crash never leaves a partial
 // file), but until the directory is next synced, by any later Write or
 // WritePrepared, a crash may bring back the checkpoint this one replaced.
-// A write that reuses a spare (see Write) has the directory synced all the
-// same, since a later write overwrites that spare, which must by then not be
-// the checkpoint on disk, but on a goroutine, without waiting for it: the next
-// write that overwrites that spare waits for the sync before it starts. The
-// next write of this kind fills the other spare (SecondSpareFileName), so it
-// waits only for the sync of the write before the last.
+// A write that reuses the spare (see Write) syncs the directory all the same,
+// since the next write overwrites that spare, which must by then not be the
+// checkpoint on disk: only a plain write (a new temporary file) skips it.
 func (s *Store) WritePreparedNoDirSync(p *Prepared) error { return s.writePrepared(p, false) }
 
 func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
@@ -284,9 +269,7 @@ type writeFunc func(f *os.File, prev *slotImage) error
 type replacement struct {
 	viaSpare bool // through the spare (replaceViaSpare), not a new temporary file
 	dirSync  bool // the directory was synced after it
-	// dirSyncLater: the directory is being synced after it, on a goroutine (see syncDirLater)
-	dirSyncLater bool
-	patched      bool // only the bytes that differ from what the spare held were written
+	patched  bool // only the bytes that differ from what the spare held were written
 }
 
 // fileContent is what a Store knows a file it wrote holds: its slotted image, and the file's
@@ -315,31 +298,20 @@ type fileID struct {
 
 // replaceLocked replaces the checkpoint with what write writes, through the spare when it can
 // (replaceViaSpare) and plain writes are not asked for, and a new temporary file otherwise,
-// and fsyncs the directory when dirSync is set (a write through the spare always does, on a
-// goroutine when dirSync is not set). It first waits for a directory sync still running.
-// im is the new file's image when it is slotted, nil otherwise. Callers hold mu.
+// and fsyncs the directory when dirSync is set (a write through the spare always does). im is
+// the new file's image when it is slotted, nil otherwise. Callers hold mu.
 func (s *Store) replaceLocked(dirSync bool, im *slotImage, write writeFunc) (replacement, error) {
-	later := !dirSync
-	// A write that syncs the directory refills the spare the last one filled, which holds the
-	// most recent file the Store replaced; one that leaves its sync to a goroutine takes the
-	// other, whose exchange is one write older, and waits only for that exchange's sync.
-	spare := s.lastSpare
-	if later {
-		spare = 1 - spare
-	}
-	s.awaitDirSync(spare)
 	if !s.plain {
-		patched, done, err := s.replaceViaSpare(write, im, spare, later)
+		patched, done, err := s.replaceViaSpare(write, im)
 		if done {
 			if err != nil {
 				return replacement{}, &FileError{Path: s.path, Err: err}
 			}
-			return replacement{viaSpare: true, dirSync: !later, dirSyncLater: later, patched: patched}, nil
+			return replacement{viaSpare: true, dirSync: true, patched: patched}, nil
 		}
 	}
-	s.checkpointHolds, s.spareHolds = nil, [2]*fileContent{}
-	err := writeFileAtomic(s.dir, s.path, func(f *os.File) error { return write(f, nil) }, dirSync)
-	if err != nil {
+	s.checkpointHolds, s.spareHolds = nil, nil
+	if err := writeFileAtomic(s.dir, s.path, func(f *os.File) error { return write(f, nil) }, dirSync); err != nil {
 		return replacement{}, &FileError{Path: s.path, Err: err}
 	}
 	if dirSync {
@@ -348,73 +320,13 @@ func (s *Store) replaceLocked(dirSync bool, im *slotImage, write writeFunc) (rep
 	return replacement{dirSync: dirSync}, nil
 }
 
-// Close waits for a directory sync a write left running (see syncDirLater). The Store stays
-// usable; later writes sync the directory before they return. The device manager calls it
-// when it stops, so that no goroutine of its store outlives it.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	s.awaitDirSyncs()
-	s.closed = true
-	s.mu.Unlock()
-	s.syncing.Wait()
-	return nil
-}
-
-// pendingSync is a directory sync running on a goroutine: done is closed once it is over, and
-// err is then its error (written before done is closed, read after).
-type pendingSync struct {
-	done chan struct{}
-	err  error
-}
-
-// syncDirLater syncs the directory on a goroutine (inline once the Store is closed), after an
-// exchange of the checkpoint with spare, for awaitDirSync(spare) to wait for: until that sync
-// is done the file now at the spare's name may still be the checkpoint on disk, so nothing
-// overwrites it. A write that asks for no sync fills the other spare, whose own exchange is
-// one write older: it waits only for that older sync, and this one runs beside it. Callers
-// hold mu.
-func (s *Store) syncDirLater(spare int) {
-	p := &pendingSync{done: make(chan struct{})}
-	s.dirSyncs[spare] = p
-	if s.closed {
-		p.err = syncDir(s.dir)
-		close(p.done)
-		return
-	}
-	s.syncing.Add(1)
-	go func() {
-		defer s.syncing.Done()
-		p.err = syncDir(s.dir)
-		close(p.done)
-	}()
-}
-
-// awaitDirSync waits for the directory sync that syncDirLater started after the last exchange
-// with spare, if any. When it failed, that exchange may not be on disk, so the file at the
-// spare's name may still be the checkpoint there: no spare is used again until a write's own
-// directory sync succeeds. Callers hold mu.
-func (s *Store) awaitDirSync(spare int) {
-	p := s.dirSyncs[spare]
-	if p == nil {
-		return
-	}
-	<-p.done
-	s.dirSyncs[spare] = nil
-	if p.err != nil {
-		s.spareSafe = false
-		s.logger.Error(p.err, "Directory sync after a checkpoint write failed; the next writes use new files", "path", s.path)
-	}
-}
-
-// awaitDirSyncs waits for the directory syncs of both spares. Callers hold mu.
-func (s *Store) awaitDirSyncs() {
-	s.awaitDirSync(0)
-	s.awaitDirSync(1)
-}
+// Close releases nothing and returns nil: every write is over, directory sync included,
+// when it returns. It is kept so that a caller that closes its Store keeps working.
+func (s *Store) Close() error { return nil }
 
 func (s *Store) logWrite(bytes, entries int, how replacement) {
 	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries,
-		"dirSynced", how.dirSync, "dirSyncLater", how.dirSyncLater, "viaSpare", how.viaSpare, "patched", how.patched)
+		"dirSynced", how.dirSync, "viaSpare", how.viaSpare, "patched", how.patched)
 }
 
 // writeFileAtomic replaces path with what write writes into a temporary file in dir: write,
@@ -584,10 +496,9 @@ var errReadBusy = errors.New("checkpoint file is being replaced")
 func (s *Store) Remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.awaitDirSyncs()
-	s.checkpointHolds, s.spareHolds = nil, [2]*fileContent{}
+	s.checkpointHolds, s.spareHolds = nil, nil
 	removedSpare := false
-	for _, spare := range s.spares {
+	for _, spare := range []string{s.spare, filepath.Join(s.dir, SecondSpareFileName)} {
 		removedSpare = os.Remove(spare) == nil || removedSpare
 	}
 	err := os.Remove(s.path)
