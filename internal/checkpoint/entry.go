@@ -164,10 +164,11 @@ func EncodePrepared(p *Prepared) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A large file is hashed on a second goroutine while its JSON is put together.
+	// A large file whose entries follow new states is hashed on a second goroutine while its
+	// JSON is put together; where the memos answer, hashing costs less than the goroutine.
 	sum := make(chan uint32, 1)
 	hash := func() { sum <- checksumTail(checksumEntries(p.Entries), p.Registered == nil, reg) }
-	if size >= parallelHashBytes {
+	if size >= parallelHashBytes && churned(p.Entries) {
 		go hash()
 	} else {
 		hash()
@@ -255,7 +256,9 @@ func checksumEntries(entries []*Entry) uint32 {
 		return t.nilText.apply(h)
 	}
 	h = step(h, '[')
-	warmSums(entries)
+	if churned(entries) {
+		warmSums(entries)
+	}
 	for i, e := range entries {
 		if i > 0 {
 			h = step(h, ' ')
@@ -263,6 +266,14 @@ func checksumEntries(entries []*Entry) uint32 {
 		h = applyPiece(h, e)
 	}
 	return step(h, ']')
+}
+
+// churned guesses whether many of entries follow other states than when they were last
+// hashed (an older pod left): its middle entry has its whole textSum, which an entry gets
+// once it is hashed after a second state.
+func churned(entries []*Entry) bool {
+	n := len(entries)
+	return n > blockSlots && entries[n/2].hash.whole.Load() != nil
 }
 
 // warmSums reads a word of every cache line of the entries' whole textSums: loads that do not
