@@ -24,11 +24,12 @@
 // crash leaves the old or the new file; Read decodes and verifies it, and by
 // default moves an unusable file aside (see Store.Read) instead of letting the
 // next write destroy the evidence. On Linux a write refills the file the write
-// before replaced and exchanges the two names (SpareFileName; the device
-// manager's writes that need no directory sync of their own alternate it with
-// SecondSpareFileName);
+// before replaced and exchanges the two names (SpareFileName);
 // StoreConfig.PlainWrites makes every write a new file and a rename instead.
-// The files are the same byte for byte either way.
+// The files are the same byte for byte either way. Write writes Encode's
+// bytes; the device manager's own writes (internal) lay the same JSON out with
+// spaces between the entries so that a write changes few bytes: such a file
+// decodes to the same values and verifies, for kdm and for a kubelet.
 //
 // # Errors
 //

@@ -14,11 +14,9 @@ const (
 	// other temporary files, NewStore keeps it for later writes.
 	SpareFileName = impl.SpareFileName
 
-	// SecondSpareFileName is a second spare: the device manager's writes that
-	// need no directory sync of their own (a device-list change) fill it and
-	// SpareFileName in turn, so that each need not wait for the directory
-	// sync of the write before it. Store.Write never fills it; NewStore keeps
-	// it too, and Remove removes it.
+	// SecondSpareFileName is a second spare that earlier versions filled in
+	// turn with SpareFileName. No write fills it any more; NewStore removes one
+	// left behind, as it does other temporary files, and Remove removes it.
 	SecondSpareFileName = impl.SecondSpareFileName
 
 	// DirMode is the mode NewStore creates a missing directory with. It is
@@ -81,7 +79,7 @@ type Store struct {
 // NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
 // creates the directory with DirMode if it is missing, and removes temporary
 // files that a writer killed mid-write left behind (only names starting with
-// ".kubelet_internal_checkpoint.tmp-", but for the two spares; the kubelet's
+// ".kubelet_internal_checkpoint.tmp-", but for SpareFileName; the kubelet's
 // own temp files are not touched). It fails with cfg.Validate's error if cfg
 // is invalid, or if the directory cannot be created, listed or cleaned.
 func NewStore(cfg StoreConfig) (*Store, error) {
@@ -123,9 +121,6 @@ func (s *Store) Read() (*Data, Layout, error) { return s.s.Read() }
 // Errors are *FileError.
 func (s *Store) Remove() error { return s.s.Remove() }
 
-// Close waits until the files that writes replaced are released: a large
-// replaced file is let go of on a goroutine, so that freeing its blocks is not
-// part of the write. It also waits for a directory sync that a write left
-// running. The Store stays usable; later writes release what they replace
-// before returning.
+// Close returns nil: every write is over, directory sync included, when it
+// returns. The Store stays usable.
 func (s *Store) Close() error { return s.s.Close() }

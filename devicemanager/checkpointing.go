@@ -31,8 +31,9 @@ func (m *Manager) writeCheckpointLocked() error {
 	if m.store == nil {
 		return errors.New("checkpoint store is not open: the manager has not been started")
 	}
-	// A write that changes nothing a restart reads (a device list, a health flip) skips the
-	// directory sync: a crash that undoes it loses nothing.
+	// A write that changes nothing a restart reads (a device list, a health flip) asks for no
+	// directory sync: a crash that undoes it loses nothing (the store syncs it all the same
+	// when it writes through its spare).
 	view := restartViewOf(data)
 	write := m.store.WritePrepared
 	if m.synced.equal(view) {
@@ -49,8 +50,8 @@ func (m *Manager) writeCheckpointLocked() error {
 // WaitForCheckpointWrites returns once every checkpoint write whose change is already visible
 // (in GetCapacity, say) has reached the disk. With Policy.CoalesceDeviceListWrites, device-list
 // writes still queued are not waited for. A write that a crash may undo (a health flip) has its
-// file on disk by then, but the directory sync that makes its name durable may still be
-// running; the next write waits for it.
+// file on disk by then; its name is durable too when it went through the store's spare, and
+// otherwise once the next write syncs the directory.
 func (m *Manager) WaitForCheckpointWrites() {
 	m.writeMu.Lock()
 	//lint:ignore SA2001 waiting for the writer to let go is the point

@@ -41,7 +41,7 @@ func plainScenarios() []cutScenario {
 }
 
 // spareScenarios run the manager with its default checkpoint writes (on Linux, through the
-// spares).
+// spare).
 var spareScenarios = []cutScenario{
 	{
 		name:  "allocate",
@@ -66,7 +66,7 @@ var spareScenarios = []cutScenario{
 		},
 	},
 	{
-		// Health flips write without a directory sync, through the two spares in turn;
+		// Health flips ask for no directory sync (through the spare the store syncs anyway);
 		// the allocations between them must still be durable when they return.
 		name:  "health",
 		setup: func(r *cutRun) { r.allocate("p1", 1) },

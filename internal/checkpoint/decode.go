@@ -89,9 +89,6 @@ func classify(v2err error) error {
 func decodeEntries(b []byte) (*Data, []*Entry, Layout, error) {
 	var parsed *fileV2
 	d, layout, err := decode(b, func(b []byte) (*fileV2, error) {
-		if !fastPath(offSummed) {
-			return parseV2(b)
-		}
 		f, ok := parseV2FastSummed(b, true)
 		if !ok {
 			return parseV2JSON(b)

@@ -28,7 +28,7 @@ import (
 // A file of pipelineBytes or more is hashed while it is parsed (see
 // parseV2FastSummed); the result then carries its checksum.
 func parseV2Fast(b []byte) (*fileV2, bool) {
-	if len(b) >= pipelineBytes && fastPath(offSummed) {
+	if len(b) >= pipelineBytes {
 		return parseV2FastSummed(b, false)
 	}
 	return parseV2FastWith(b, nil)

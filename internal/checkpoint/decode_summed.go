@@ -41,7 +41,7 @@ func parseV2FastSummed(b []byte, keep bool) (*fileV2, bool) {
 				h0 := s.h
 				s.entry(&e.PodDevicesEntry)
 				if keep {
-					e.sum.saw(h0, s.h)
+					e.hash.saw(h0, s.h, e)
 				}
 				n++
 			}

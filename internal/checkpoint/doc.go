@@ -13,10 +13,14 @@
 // Entry, Registered, Prepared, EncodePrepared, Store.WritePrepared,
 // Store.WritePreparedNoDirSync and Store.ReadEntries are the same format for a
 // writer that keeps its content between writes, as the device manager does:
-// each piece's JSON is made once and its part of the checksum reused, and a
-// write through the spare leaves in place the leading entries the spare
-// already holds. They produce the bytes Encode produces. They live here, out
-// of the public package, because only the device manager and its benchmarks
+// each piece's JSON is made once and its part of the checksum reused.
+// EncodePrepared produces the bytes Encode produces. Store.WritePrepared writes
+// a slotted file instead: the same JSON with spaces between the entries, each
+// entry in a slot that it keeps from write to write, so that a write changes
+// only the slots of the entries that came or went and the checksum. The file
+// decodes to the same Data, its entries in the order of their slots, and
+// verifies, for kdm and for a kubelet. These live here, out of the public
+// package, because only the device manager and its benchmarks
 // (test/upstreambench, whose module may import this package) need them.
 //
 // The package name is part of the kubelet's checksummed text as go-spew
@@ -69,25 +73,18 @@ package checkpoint
 //
 // A writer that keeps its entries between writes (the device manager) holds
 // them as Entries and writes them as Prepared: each Entry's JSON is made once
-// and its part of the checksum is reused while the entries before it stay the
-// same. Store.ReadEntries returns a file's entries as such Entries, so that the
-// first write after a restart need not encode or hash them again either: each
-// keeps its text in the file, used once checked to be exactly Encode's, and the
-// checksum states the reader's hash went through before and after it, turned
-// into its part of the checksum when first needed (the reader does not spend a
-// pass over the text on it).
-//
-// When an older pod leaves, every entry after its one follows a new checksum state, and
-// its memo (kept for one incoming low byte) misses. An entry's text maps any state h to
-// p^len*h + add[h & 127] (255 when it has bytes of 0x80 or more), so an entry that keeps
-// missing gets those terms, its textSum (text_sum.go), built once for about 32 passes' worth
-// of work (a write spends on them at most eight times what its passes would have cost); it
-// then costs one multiply and one lookup whatever precedes it. Entries also form runs (one in
-// 32 heads a run, chosen by a seeded hash of its pod, container and resource, so runs survive
-// the file's shifts); a run whose entries all have textSums is composed into one, kept on its
-// head, and applied while the same entries follow it, so a file of 10,000 entries after its
-// first entry left costs a few hundred lookups, not 10,000 lookups that each wait on a cache
-// miss.
+// and its part of the checksum remembered (piece_sum.go). A piece of fixed
+// text maps any incoming state h to p^len*h + add[h & 0xff] (h & 0x7f for
+// ASCII text), and such maps compose. A piece remembers add for the low byte
+// it was first hashed after; hashed after another one, an Entry gets its whole
+// map (text_sum.go, about 32 passes' worth of work) and a Registered pair, whose
+// text may be tens of MiB, fills a table of add eight low bytes per pass. So an
+// entry that follows a new state (an older pod left) costs one lookup, and a
+// large plugin's device list is hashed at most 16 times in its life, not at
+// every admission. Store.ReadEntries returns a file's entries as such Entries,
+// each keeping its text in the file (used once checked to be exactly Encode's)
+// and the checksum states the reader's hash went through around it, so that the
+// first write after a restart neither encodes nor hashes them again.
 //
 // Encode refuses strings that are not valid UTF-8 (ErrInvalidUTF8): the
 // kubelet would write them as U+FFFD while hashing the original bytes,
@@ -102,34 +99,42 @@ package checkpoint
 // file. NewStore removes temporary files a killed writer left behind. The
 // file mode is 0600; a missing directory is created 0755, the kubelet's
 // mode, because it is the device-plugin socket directory that plugins must
-// traverse. When the file being replaced is large, the Store keeps a
-// reference to it across the rename and drops it on a goroutine, so freeing
-// its blocks is not part of the write; Close waits for those goroutines.
+// traverse.
 //
-// On Linux, once a checkpoint exists and unless StoreConfig.PlainWrites is set, a write does
-// not make a new file: it
-// overwrites the spare (SpareFileName, the file the previous write replaced),
-// fdatasyncs it (its content and size; nothing after a crash reads its times), exchanges its name with the checkpoint's in one atomic step
-// (renameat2 RENAME_EXCHANGE) and fsyncs the directory. Overwriting allocated
-// blocks and swapping two names costs the disk a half to two thirds of what
-// a new file costs, and nothing is freed. The directory sync follows every
-// such write, because a later one overwrites the spare, which must by then
-// not be the checkpoint on disk; for a write that asked for none
-// (WritePreparedNoDirSync) it runs on a goroutine, and whichever write next
-// overwrites that spare waits for it first. Writes that ask for no sync fill
-// two spares in turn (SpareFileName and SecondSpareFileName), so that each
-// waits only for the sync of the write before the previous one, while the
-// previous one's runs beside it; writes that sync refill the spare the last
-// write filled. As a spare holds the file of two (or three) writes
-// before, a WritePrepared whose first entries are the same Entries as that
-// file's leaves those bytes in place and writes (and syncs) only the rest,
-// if the spare is still the file the Store wrote: same inode, size,
-// modification and change times (see fileID for what that catches). The spare is overwritten only under an
+// On Linux, once a checkpoint exists and unless StoreConfig.PlainWrites is
+// set, a write does not make a new file: it overwrites the spare
+// (SpareFileName, the file the previous write replaced), fdatasyncs it (its
+// content and size; nothing after a crash reads its times), exchanges its name
+// with the checkpoint's in one atomic step (renameat2 RENAME_EXCHANGE) and
+// fsyncs the directory. Overwriting allocated blocks and swapping two names
+// costs the disk a half to two thirds of what a new file costs, and nothing is
+// freed. The directory sync follows every such write, even one that asked for
+// none (WritePreparedNoDirSync), before it returns, because the next write
+// overwrites the spare, which must by then not be the checkpoint on disk.
+// (Earlier versions ran that sync on a goroutine and filled a second spare in
+// turn; the device-list writes that it served gained less than a tenth.)
+//
+// Slotted writes (slots.go). The Store keeps the slots of the file it wrote
+// last (slotModel) and, for the checkpoint and the spare, the slots it left
+// in that file (slotImage) with the file's identity (inode, size, modification
+// and change times, see fileID). A WritePrepared frees the slots of departed
+// entries, puts each arriving entry in the first free slot it fits or in a new
+// slot taken from the gap of spaces after the last slot, and, when the gap is
+// used up, lays the file out anew (every entry in a slot with some room to
+// spare, and a gap of a quarter of the entries' size: the whole file is
+// written, once in many writes). The checksum, padded to ten digits, follows
+// the slots in blocks of 64, each block keeping the state before it and its own
+// map (composed from its entries' whole maps, or per low byte seen), so a
+// change costs a walk over its block and one lookup per later block. Through a
+// spare that is still, by its identity, the file the Store wrote there, of the
+// same layout, only the slots that differ from that file's and the tail (the
+// checksum, and the registered devices when they changed) are written; any
+// other spare is written whole. The spare is overwritten only under an
 // exclusive flock and only while it is still the file at its name; Read and
 // ReadFile hold a shared flock on the file they read. Only a regular file of
 // the Store's user with one name is written into (one with another mode than
 // 0600 is replaced first), and a file system that cannot exchange names gets
-// new files as before.
+// new files, written whole, as before.
 //
 // By default Read quarantines an unusable file (bad JSON, unknown layout,
 // checksum mismatch): it renames it to

@@ -4,15 +4,14 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync/atomic"
 )
 
 // Entry is a PodDevicesEntry that keeps its JSON text once it has been
-// encoded, and what hashing it last added to the checksum. An entry never
-// changes once made, so a writer that keeps its entries between writes (as
-// the device manager does) encodes each of them once, however many files it
-// appears in, and hashes it again only after the entries before it changed.
+// encoded, and what hashing it adds to the checksum (see pieceSum). An entry
+// never changes once made, so a writer that keeps its entries between writes
+// (as the device manager does) encodes each of them once, however many files
+// it appears in, and hashes its text only a bounded number of times.
 //
 // The embedded PodDevicesEntry, its DeviceIDs lists and its AllocResp must not
 // be modified after NewEntry. An Entry is safe for concurrent use.
@@ -21,12 +20,10 @@ import (
 type Entry struct {
 	PodDevicesEntry
 	text atomic.Pointer[cachedText]
-	sum  cachedSum
-	// run is, for an entry that heads a run (see entryRun), the run's textSum as last
-	// composed.
-	run atomic.Pointer[entryRun]
-	// heads says whether the entry starts a run (see runHead).
-	heads bool
+	hash pieceSum
+	// slot is 1 + the entry's slot in the file of the Store that last placed it, or 0 (see
+	// slotModel); a Store checks that the slot holds the entry before it trusts it.
+	slot atomic.Int64
 	// read is the entry's text in the file it was read from (see decodeEntries), set before
 	// the Entry is handed out: the first encoding uses it if it is exactly Encode's.
 	read []byte
@@ -34,9 +31,7 @@ type Entry struct {
 
 // NewEntry returns e as an Entry. It does not copy e's lists or bytes: they
 // are shared, and must not be modified afterwards.
-func NewEntry(e PodDevicesEntry) *Entry {
-	return &Entry{PodDevicesEntry: e, heads: runHead(&e)}
-}
+func NewEntry(e PodDevicesEntry) *Entry { return &Entry{PodDevicesEntry: e} }
 
 // Registered is one resource's registered device IDs (a RegisteredDevices
 // pair) that keeps its encoding between writes, as Entry does. Resource and
@@ -48,13 +43,18 @@ type Registered struct {
 	// IDs is written as null when nil.
 	IDs  []string
 	text atomic.Pointer[cachedText]
-	sum  cachedSum
+	hash pieceSum
+	// serial tells this pair from every other, so that a Store remembers which pairs a file
+	// holds without keeping them (see slotImage).
+	serial uint64
 }
 
 // NewRegistered returns the pair resource: ids. ids is shared, not copied.
 func NewRegistered(resource string, ids []string) *Registered {
-	return &Registered{Resource: resource, IDs: ids}
+	return &Registered{Resource: resource, IDs: ids, serial: registeredSerial.Add(1)}
 }
+
+var registeredSerial atomic.Uint64
 
 // cachedText is a piece of JSON, or the string in it that is not valid UTF-8.
 type cachedText struct {
@@ -69,12 +69,10 @@ func (e *Entry) encoded() *cachedText {
 		return t
 	}
 	var w jsonWriter
-	if e.read != nil {
-		if w.canonicalEntry(&e.PodDevicesEntry, e.read) {
-			t := &cachedText{json: e.read}
-			e.text.Store(t)
-			return t
-		}
+	if e.read != nil && w.canonicalEntry(&e.PodDevicesEntry, e.read) {
+		t := &cachedText{json: e.read}
+		e.text.Store(t)
+		return t
 	}
 	b := w.entry(make([]byte, 0, entrySizeHint(&e.PodDevicesEntry)), &e.PodDevicesEntry)
 	t := &cachedText{json: b, badUTF8: w.badString, bad: w.badUTF8}
@@ -95,6 +93,32 @@ func (r *Registered) encoded() *cachedText {
 	r.text.Store(t)
 	return t
 }
+
+// An Entry's and a Registered pair's text as pieces of the checksum.
+
+func (e *Entry) sum() *pieceSum      { return &e.hash }
+func (e *Entry) hashInto(s *hasher)  { s.entry(&e.PodDevicesEntry) }
+func (e *Entry) hashLanes(h *lanes8) { lanesWrite(h, entryText(&e.PodDevicesEntry)) }
+func (e *Entry) wholeSum() *textSum  { return entrySum(&e.PodDevicesEntry) }
+func (e *Entry) textLen() int        { return entryTextLen(hashTablesOnce(), &e.PodDevicesEntry) }
+func (e *Entry) asciiText() bool     { return isASCII(e.encoded().json) }
+
+func (r *Registered) sum() *pieceSum { return &r.hash }
+func (r *Registered) hashInto(s *hasher) {
+	s.str(r.Resource)
+	s.char(':')
+	s.strList(r.IDs)
+}
+func (r *Registered) hashLanes(h *lanes8) {
+	h.write(r.Resource)
+	h.write(":")
+	h.writeList(r.IDs)
+}
+func (r *Registered) textLen() int {
+	return len(r.Resource) + 1 + strListTextLen(hashTablesOnce(), r.IDs)
+}
+func (r *Registered) asciiText() bool    { return isASCII(r.encoded().json) }
+func (r *Registered) wholeSum() *textSum { return nil }
 
 // Prepared is the content of a checkpoint made of Entries and Registered
 // pairs: the same file as the Data that Data returns, but each piece's JSON
@@ -136,25 +160,28 @@ func EncodePrepared(p *Prepared) ([]byte, error) {
 	if p == nil {
 		return Encode(nil)
 	}
-	return appendPrepared(nil, p)
-}
-
-// appendPrepared appends the checkpoint file for p (not nil) to dst.
-func appendPrepared(dst []byte, p *Prepared) ([]byte, error) {
 	reg, size, err := planPrepared(p)
 	if err != nil {
 		return nil, err
 	}
-	// The buffer is grown by whichever goroutine emits the pieces (see emitPrepared).
-	buf, grown := dst, false
-	sum := emitPrepared(p, reg, func(b []byte) {
-		if !grown {
-			buf, grown = slices.Grow(buf, size), true
-		}
-		buf = append(buf, b...)
-	})
-	return appendChecksumTail(buf, sum), nil
+	// A large file whose entries follow new states is hashed on a second goroutine while its
+	// JSON is put together; where the memos answer, hashing costs less than the goroutine.
+	sum := make(chan uint32, 1)
+	hash := func() { sum <- checksumTail(checksumEntries(p.Entries), p.Registered == nil, reg) }
+	if size >= parallelHashBytes && churned(p.Entries) {
+		go hash()
+	} else {
+		hash()
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, jsonFileHead...)
+	buf = appendJoined(buf, p.Entries, p.Entries == nil, '[', ']', func(e *Entry) []byte { return e.encoded().json })
+	buf = appendRegistered(buf, p.Registered == nil, reg)
+	return appendChecksumTail(buf, <-sum), nil
 }
+
+// parallelHashBytes is the size of JSON from which EncodePrepared hashes on a second goroutine.
+const parallelHashBytes = 64 << 10
 
 // planPrepared checks that every piece of p encodes (the only failure is ErrInvalidUTF8, found
 // before anything is written) and returns p's registered pairs sorted by resource and the
@@ -182,162 +209,105 @@ func planPrepared(p *Prepared) (reg []*Registered, size int, err error) {
 	return reg, size, nil
 }
 
-// emitPrepared passes the file for p up to and including the Data object to emit, piece by
-// piece, and returns the checksum. Once the checksum has had to hash inlineHashBudget bytes
-// of pieces afresh (the pieces before them changed), the pieces are emitted on a second
-// goroutine while the hashing goes on, so that a writer's syscalls overlap it: a file of many
-// entries, or one large registered list after an entry changed; a checksum the memos answer
-// is not worth a goroutine.
-// emitPrepared joins it before returning, and emit is never called concurrently with itself.
-func emitPrepared(p *Prepared, reg []*Registered, emit func([]byte)) uint32 {
-	emitAll := func() { emitPreparedJSON(emit, p.Entries, p.Registered == nil, reg) }
-	var done chan struct{}
-	sum := checksumPrepared(p.Entries, p.Registered == nil, reg, func() {
-		done = make(chan struct{})
-		go func() {
-			defer close(done)
-			emitAll()
-		}()
-	})
-	if done == nil {
-		emitAll()
-	} else {
-		<-done
-	}
-	return sum
-}
-
-// inlineHashBudget is how many bytes of pieces (measured by their JSON) checksumPrepared hashes
-// afresh before it calls its slow callback.
-const inlineHashBudget = 64 << 10
-
-// appendChecksumTail appends the end of the file: the checksum and the closing brace.
-func appendChecksumTail(buf []byte, sum uint32) []byte {
-	buf = append(buf, `,"Checksum":`...)
-	buf = strconv.AppendUint(buf, uint64(sum), 10)
-	return append(buf, '}')
-}
-
 func compareRegistered(a, b *Registered) int { return cmp.Compare(a.Resource, b.Resource) }
 
 // The constant pieces of a Prepared file.
 var (
 	jsonFileHead   = []byte(`{"Data":{"PodDeviceEntries":`)
 	jsonRegistered = []byte(`,"RegisteredDevices":`)
-	jsonNull       = []byte("null")
-	jsonPunct      = []byte("[]{},")
 )
 
-// emitJoined emits null when isNil, else the pieces' JSON separated by commas between open
-// and close (each one byte of jsonPunct).
-func emitJoined[T any](emit func([]byte), items []T, isNil bool, open, close []byte, piece func(T) []byte) {
+// appendJoined appends null when isNil, else the pieces' JSON separated by commas between
+// open and close.
+func appendJoined[T any](buf []byte, items []T, isNil bool, open, close byte, piece func(T) []byte) []byte {
 	if isNil {
-		emit(jsonNull)
-		return
+		return append(buf, "null"...)
 	}
-	emit(open)
-	comma := jsonPunct[4:5]
+	buf = append(buf, open)
 	for i, it := range items {
 		if i > 0 {
-			emit(comma)
+			buf = append(buf, ',')
 		}
-		emit(piece(it))
+		buf = append(buf, piece(it)...)
 	}
-	emit(close)
+	return append(buf, close)
 }
 
-// emitPreparedJSON emits the file up to and including the Data object from the cached
-// pieces; reg is sorted by resource, regNil says whether it stands for a nil map.
-func emitPreparedJSON(emit func([]byte), entries []*Entry, regNil bool, reg []*Registered) {
-	emit(jsonFileHead)
-	emitJoined(emit, entries, entries == nil, jsonPunct[0:1], jsonPunct[1:2], func(e *Entry) []byte { return e.encoded().json })
-	emit(jsonRegistered)
-	emitJoined(emit, reg, regNil, jsonPunct[2:3], jsonPunct[3:4], func(r *Registered) []byte { return r.encoded().json })
-	emit(jsonPunct[3:4])
+// appendRegistered appends the registered devices, reg sorted by resource (regNil for a nil
+// map), and closes the Data object.
+func appendRegistered(buf []byte, regNil bool, reg []*Registered) []byte {
+	buf = append(buf, jsonRegistered...)
+	buf = appendJoined(buf, reg, regNil, '{', '}', func(r *Registered) []byte { return r.encoded().json })
+	return append(buf, '}')
 }
 
-// checksumPrepared is the checksum of the Prepared whose pieces are given (reg sorted by
-// resource, regNil for a nil map), with each piece's text hashed again only when what comes
-// before it changed since its last checksum. slow, if not nil, is called once, as soon as the
-// pieces hashed afresh add up to inlineHashBudget bytes of JSON.
-func checksumPrepared(entries []*Entry, regNil bool, reg []*Registered, slow func()) uint32 {
-	fresh := 0
-	hashing := func(t *cachedText) {
-		if slow == nil {
-			return
-		}
-		if fresh += len(t.json); fresh >= inlineHashBudget {
-			slow()
-			slow = nil
-		}
-	}
-	s := newHasher(false)
-	var allowance passAllowance
-	// One entry's part of the checksum; it reports whether the entry has its whole textSum.
-	entry := func(e *Entry) bool {
-		textLen := func() int { return entryTextLen(s.t, &e.PodDevicesEntry) }
-		switch e.sum.apply(&s, textLen) {
-		case sumMemo:
-			return e.sum.whole.Load() != nil
-		case sumWhole:
-			allowance.spared(len(e.encoded().json))
-			return true
-		}
-		hashing(e.encoded())
-		if fastPath(offWhole) && allowance.affords(len(e.encoded().json), e.sum.hashedBefore()) {
-			w := entrySum(&e.PodDevicesEntry)
-			e.sum.whole.Store(w)
-			s.h = w.apply(s.h)
-			return true
-		}
-		h0 := s.h
-		s.entry(&e.PodDevicesEntry)
-		e.sum.remember(h0, s.h, textLen, false)
-		return false
-	}
-	s.frag(s.t.head)
+// appendChecksumTail appends the end of the file: the checksum and the closing brace.
+func appendChecksumTail(buf []byte, sum uint32) []byte {
+	buf = append(buf, `,"Checksum":`...)
+	return append(appendInt(buf, int64(sum)), '}')
+}
+
+// checksumEntries returns the checksum's state after the entry list of a file whose
+// entries are given, in order: each entry's part comes from its pieceSum.
+func checksumEntries(entries []*Entry) uint32 {
+	t := hashTablesOnce()
+	h := t.head.apply(fnvOffset32)
 	if entries == nil {
-		s.frag(s.t.nilText)
-	} else {
-		s.char('[')
-		for i := 0; i < len(entries); {
-			if i > 0 {
-				s.char(' ')
-			}
-			i = checksumRun(&s, entries, i, entry)
-		}
-		s.char(']')
+		return t.nilText.apply(h)
 	}
-	s.frag(s.t.reg)
+	h = step(h, '[')
+	if churned(entries) {
+		warmSums(entries)
+	}
+	for i, e := range entries {
+		if i > 0 {
+			h = step(h, ' ')
+		}
+		h = applyPiece(h, e)
+	}
+	return step(h, ']')
+}
+
+// churned guesses whether many of entries follow other states than when they were last
+// hashed (an older pod left): its middle entry has its whole textSum, which an entry gets
+// once it is hashed after a second state.
+func churned(entries []*Entry) bool {
+	n := len(entries)
+	return n > blockSlots && entries[n/2].hash.whole.Load() != nil
+}
+
+// warmSums reads a word of every cache line of the entries' whole textSums: loads that do not
+// wait on one another, so that the chain of lookups that follows, each waiting on the state
+// the one before gives, finds the textSums in cache.
+//
+//go:noinline
+func warmSums(entries []*Entry) (sink uint32) {
+	for _, e := range entries {
+		if w := e.hash.whole.Load(); w != nil {
+			for i := 0; i < len(w.add); i += 16 {
+				sink += w.add[i]
+			}
+		}
+	}
+	return sink
+}
+
+// checksumTail returns the checksum of a file whose state after the entry list is h and
+// whose registered pairs are reg (sorted by resource; regNil for a nil map).
+func checksumTail(h uint32, regNil bool, reg []*Registered) uint32 {
+	t := hashTablesOnce()
+	h = t.reg.apply(h)
 	if regNil {
-		s.frag(s.t.nilText)
+		h = t.nilText.apply(h)
 	} else {
-		s.frag(s.t.mapOpen)
+		h = t.mapOpen.apply(h)
 		for i, r := range reg {
 			if i > 0 {
-				s.char(' ')
+				h = step(h, ' ')
 			}
-			textLen := func() int { return len(r.Resource) + 1 + strListTextLen(s.t, r.IDs) }
-			if !r.sum.applied(&s, textLen) {
-				hashing(r.encoded())
-				if wide := len(r.encoded().json) >= wideSumBytes; wide && fastPath(offWhole) && r.sum.hashedBefore() {
-					add := r.sum.fillGroup(uint8(s.h), textLen, func(h *lanes8) {
-						h.write(r.Resource)
-						h.write(":")
-						h.writeList(r.IDs)
-					})
-					s.h = r.sum.mul.Load()*s.h + add
-					continue
-				}
-				h0 := s.h
-				s.str(r.Resource)
-				s.char(':')
-				s.strList(r.IDs)
-				r.sum.remember(h0, s.h, textLen, len(r.encoded().json) >= wideSumBytes)
-			}
+			h = applyPiece(h, r)
 		}
-		s.char(']')
+		h = step(h, ']')
 	}
-	s.char('}')
-	return s.h
+	return step(h, '}')
 }

@@ -3,10 +3,8 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,9 +15,9 @@ var exchangeFiles = func(a, b string) error {
 	return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
 }
 
-// replaceViaSpare replaces the checkpoint with what write writes by overwriting spare (0:
-// SpareFileName, 1: SecondSpareFileName) and swapping it with the checkpoint, and reports whether it did the
-// write (done). It declines, leaving everything as it was, when the spare cannot be used
+// replaceViaSpare replaces the checkpoint with what write writes by overwriting the spare
+// (SpareFileName) and swapping it with the checkpoint, and reports whether it did the write
+// (done). It declines, leaving everything as it was, when the spare cannot be used
 // safely: the checkpoint is not a regular file, the spare is not a regular file of ours with
 // one name, another writer holds it, the last directory sync failed, or the file system cannot
 // exchange names. The caller then writes a fresh temporary file instead.
@@ -29,70 +27,62 @@ var exchangeFiles = func(a, b string) error {
 // (a half to two thirds of it, for a small checkpoint on ext4). It is as safe, given three rules:
 //   - the spare is synced before the exchange, so the name that becomes the checkpoint's
 //     always holds a whole file;
-//   - the directory is synced after every exchange, whatever the caller asked for: a later
-//     write overwrites the spare, which until that sync might still be the checkpoint on disk
-//     (with syncLater, for a caller that did not ask for it, the sync runs on a goroutine, and
-//     the write that next overwrites this spare waits for it before anything else, see
-//     syncDirLater; the caller picks the other spare for the next such write);
+//   - the directory is synced after every exchange, whatever the caller asked for: the next
+//     write overwrites the spare, which until that sync might still be the checkpoint on disk;
 //   - the spare is overwritten only under an exclusive flock, and only while it is still the
 //     file at the spare's name, so two writers never fill the same file, and a reader holding
 //     a shared lock (Read) never sees the file change under it.
 //
-// entries are the new file's entries when it is a Prepared file (nil otherwise). When the
-// spare is still the file this Store wrote two (or three) writes ago, unchanged since (see fileID), and
-// both are Prepared files, the bytes they share (see sharedPrefix) are left in place: write is
-// told to skip them, and only the rest of the file is written and synced. Entries arrive at
-// the end of a file more often than anywhere else, so a write usually rewrites the last
-// entries, the registered devices and the checksum, not the whole file.
+// im is the new file's image when it is slotted (nil otherwise). When the spare is still the
+// file this Store wrote two writes ago, unchanged since (see fileID), and both are
+// slotted files of the same layout, write is given what the spare holds, and only the bytes
+// that differ are written (patched).
 //
 // Callers hold mu.
-func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, spare int, syncLater bool) (size, kept int64, done bool, err error) {
-	if s.noExchange || !s.spareSafe || !fastPath(offSpare) {
-		return 0, 0, false, nil
+func (s *Store) replaceViaSpare(write writeFunc, im *slotImage) (patched, done bool, err error) {
+	if s.noExchange || !s.spareSafe {
+		return false, false, nil
 	}
 	var st unix.Stat_t
 	if unix.Lstat(s.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, 0, false, nil
+		return false, false, nil
 	}
-	name := s.spares[spare]
+	name := s.spare
 	f, st, ok := s.openSpare(name)
 	if !ok {
-		return 0, 0, false, nil
+		return false, false, nil
 	}
 	defer func() { _ = f.Close() }() // releases the lock, after the exchange
-	prev, replaced := s.spareHolds[spare], s.checkpointHolds
-	s.checkpointHolds, s.spareHolds[spare] = nil, nil // known again only once this write succeeds
-	// The spare's size tells whether the new file ends before the old one does, the only case
-	// that needs a truncation.
-	spareSize := st.Size
-	if prev != nil && fastPath(offDelta) && idOf(&st, true) == prev.id {
-		kept = sharedPrefix(prev.entries, entries)
+	held, replaced := s.spareHolds, s.checkpointHolds
+	s.checkpointHolds, s.spareHolds = nil, nil // known again only once this write succeeds
+	var prev *slotImage
+	if held != nil && im != nil && held.img.lay == im.lay && idOf(&st, true) == held.id {
+		prev = held.img
 	}
-	cw := &countingWriter{w: io.NewOffsetWriter(f, kept), f: f, base: kept}
-	if err := write(cw, kept); err != nil {
+	if err := write(f, prev); err != nil {
 		s.dropSpare(name)
-		return 0, 0, true, fmt.Errorf("write temporary file: %w", err)
+		return false, true, fmt.Errorf("write temporary file: %w", err)
 	}
-	size = kept + cw.n
-	if size < spareSize {
+	size := im.sizeOr(f)
+	if size < st.Size {
 		if err := f.Truncate(size); err != nil {
 			s.dropSpare(name)
-			return 0, 0, true, fmt.Errorf("truncate temporary file: %w", err)
+			return false, true, fmt.Errorf("truncate temporary file: %w", err)
 		}
 	}
 	if err := unix.Fdatasync(int(f.Fd())); err != nil {
 		s.dropSpare(name)
-		return 0, 0, true, fmt.Errorf("sync temporary file: %w", err)
+		return false, true, fmt.Errorf("sync temporary file: %w", err)
 	}
 	var written *fileContent
-	if entries != nil && unix.Fstat(int(f.Fd()), &st) == nil {
-		written = &fileContent{entries: slices.Clone(entries), id: idOf(&st, false)}
+	if im != nil && unix.Fstat(int(f.Fd()), &st) == nil {
+		written = &fileContent{img: im, id: idOf(&st, false)}
 	}
 	if err := exchangeFiles(name, s.path); err != nil {
 		unsupported := errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)
 		if !unsupported && !errors.Is(err, fs.ErrNotExist) {
 			s.dropSpare(name)
-			return 0, 0, true, fmt.Errorf("exchange temporary file with checkpoint: %w", err)
+			return false, true, fmt.Errorf("exchange temporary file with checkpoint: %w", err)
 		}
 		if unsupported {
 			s.noExchange = true
@@ -101,20 +91,17 @@ func (s *Store) replaceViaSpare(write writeFunc, entries []*Entry, spare int, sy
 		// The spare is whole and synced: put it in place as a new temporary file would be.
 		if err := os.Rename(name, s.path); err != nil {
 			s.dropSpare(name)
-			return 0, 0, true, fmt.Errorf("rename temporary file: %w", err)
+			return false, true, fmt.Errorf("rename temporary file: %w", err)
 		}
 		replaced = nil // it is gone, and nothing is at the spare's name
 	}
-	s.lastSpare = spare
-	if syncLater {
-		s.syncDirLater(spare) // a write waits for it before it overwrites this spare
-	} else if err := syncDir(s.dir); err != nil {
+	if err := syncDir(s.dir); err != nil {
 		s.spareSafe = false // the exchange may not be on disk: the spare may still be the checkpoint there
-		return 0, 0, true, err
+		return false, true, err
 	}
 	s.checkpointHolds = written
-	s.spareHolds[spare] = movedToSpare(name, replaced)
-	return size, kept, true, nil
+	s.spareHolds = movedToSpare(name, replaced)
+	return prev != nil, true, nil
 }
 
 // movedToSpare returns what the spare holds after an exchange moved the file of the previous
@@ -126,7 +113,7 @@ func movedToSpare(spare string, replaced *fileContent) *fileContent {
 	if replaced == nil || unix.Lstat(spare, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st, false) != replaced.id {
 		return nil
 	}
-	return &fileContent{entries: replaced.entries, id: idOf(&st, true)}
+	return &fileContent{img: replaced.img, id: idOf(&st, true)}
 }
 
 // idOf is st's fileID, with the change time when withCtime is set.

@@ -81,11 +81,10 @@ func countExchanges(t *testing.T, fail error) *atomic.Int32 {
 	return &n
 }
 
-// TestWriteThroughSpare: once a checkpoint exists, each write fills a spare holding an earlier
-// checkpoint and exchanges it with the checkpoint, so that the spare then holds the checkpoint
-// just replaced, and each such write syncs the directory even when the caller did not ask for
-// it. Writes that sync the directory refill the same spare, so two files take turns; writes
-// that leave the sync to a goroutine fill the two spares in turn, so three files do.
+// TestWriteThroughSpare: once a checkpoint exists, each write fills the spare, which holds an
+// earlier checkpoint, and exchanges it with the checkpoint, so that the spare then holds the
+// checkpoint just replaced, and each such write syncs the directory before it returns, even
+// when the caller did not ask for it. Two files take turns; no second spare is made.
 func TestWriteThroughSpare(t *testing.T) {
 	for _, later := range []bool{false, true} {
 		t.Run(fmt.Sprintf("noDirSync=%t", later), func(t *testing.T) {
@@ -101,7 +100,7 @@ func TestWriteThroughSpare(t *testing.T) {
 			if err := s.Write(generation(1, 100)); err != nil {
 				t.Fatal(err)
 			}
-			for _, spare := range spares {
+			for _, spare := range spares[:1] {
 				if _, err := os.Lstat(spare); !errors.Is(err, os.ErrNotExist) || exchanges.Load() != 0 {
 					t.Fatalf("the first write made a spare (%v) or exchanged (%d): it has nothing to exchange with", err, exchanges.Load())
 				}
@@ -113,12 +112,10 @@ func TestWriteThroughSpare(t *testing.T) {
 				write := s.WritePrepared
 				if later {
 					write = s.WritePreparedNoDirSync
-					filled = 1 - filled
 				}
 				if err := write(preparedGeneration(gen, 100*gen)); err != nil {
 					t.Fatal(err)
 				}
-				awaitDirSync(s) // as the write that refills this spare does
 				if n := syncs.Load(); n != 1 {
 					t.Errorf("write %d through the spare synced the directory %d times, want 1", gen, n)
 				}
@@ -132,10 +129,10 @@ func TestWriteThroughSpare(t *testing.T) {
 				}
 				inodes[inode(t, s.Path())] = true
 			}
-			files := 2
-			if later {
-				files = 3
+			if _, err := os.Lstat(spares[1]); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the writes made a second spare (%v)", err)
 			}
+			files := 2
 			if len(inodes) != files || exchanges.Load() != 5 {
 				t.Errorf("five writes used %d files and %d exchanges, want %d files and 5 exchanges", len(inodes), exchanges.Load(), files)
 			}
@@ -149,124 +146,10 @@ func TestWriteThroughSpare(t *testing.T) {
 	}
 }
 
-// awaitDirSync waits, as writes do, for the directory syncs writes left running.
-func awaitDirSync(s *Store) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.awaitDirSyncs()
-}
-
-// TestDirSyncLeftToAGoroutine: a write through a spare that did not ask for a directory sync
-// returns before the sync is done. A write that overwrites that spare, which until then may
-// still be the checkpoint on disk, waits for it first, whichever kind: the next write that
-// syncs the directory (it refills the spare the last write filled), or the write after next
-// that does not (the next one fills the other spare without waiting). Close waits for it too.
-// When that sync fails, the write that waited for it does not use a spare.
-func TestDirSyncLeftToAGoroutine(t *testing.T) {
-	for _, next := range []string{"WritePrepared", "WritePreparedNoDirSync", "Write", "Close"} {
-		for _, fail := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s,fail=%t", next, fail), func(t *testing.T) {
-				release, syncing := make(chan struct{}), make(chan struct{}, 1)
-				var block atomic.Bool
-				orig := syncDir
-				syncDir = func(dir string) error {
-					if block.Load() {
-						syncing <- struct{}{}
-						<-release
-						if fail {
-							return errors.New("injected directory sync failure")
-						}
-					}
-					return orig(dir)
-				}
-				t.Cleanup(func() { syncDir = orig })
-				exchanges := countExchanges(t, nil)
-				dir := t.TempDir()
-				s := newTestStore(t, StoreConfig{Dir: dir})
-				var releaseOnce sync.Once
-				unblock := func() { releaseOnce.Do(func() { close(release) }) }
-				t.Cleanup(unblock) // before the store's Close, should the test fail with the sync blocked
-				for gen := 1; gen <= 3; gen++ {
-					must(t, s.WritePrepared(preparedGeneration(gen, 100)))
-				}
-				block.Store(true)
-				must(t, s.WritePreparedNoDirSync(preparedGeneration(4, 100))) // returns with the sync blocked
-				<-syncing
-				block.Store(false)
-				// The write just made filled the second spare; the first still holds generation 2.
-				spare := filepath.Join(dir, SecondSpareFileName)
-				before, err := os.ReadFile(spare)
-				must(t, err)
-				unchanged := func(when string) {
-					t.Helper()
-					if now, err := os.ReadFile(spare); err != nil || !bytes.Equal(now, before) {
-						t.Fatalf("%s: the spare whose exchange is not yet synced changed (%v)", when, err)
-					}
-				}
-				gen := 5
-				if next == "WritePreparedNoDirSync" {
-					// The next write of the same kind fills the other spare and does not wait.
-					exchanges.Store(0)
-					done := make(chan error, 1)
-					go func() { done <- s.WritePreparedNoDirSync(preparedGeneration(gen, 100)) }()
-					select {
-					case err := <-done:
-						must(t, err)
-					case <-time.After(10 * time.Second):
-						unblock()
-						<-done
-						t.Fatal("a write asking for no directory sync waited for the other spare's sync")
-					}
-					unchanged("after the write that filled the other spare")
-					wantGeneration(t, s.Path(), gen)
-					if exchanges.Load() != 1 {
-						t.Errorf("the write that filled the other spare exchanged names %d times, want 1", exchanges.Load())
-					}
-					gen++
-				}
-				exchanges.Store(0)
-				done := make(chan error, 1)
-				go func() {
-					switch next {
-					case "WritePrepared":
-						done <- s.WritePrepared(preparedGeneration(gen, 100))
-					case "WritePreparedNoDirSync":
-						done <- s.WritePreparedNoDirSync(preparedGeneration(gen, 100))
-					case "Write":
-						done <- s.Write(generation(gen, 100))
-					case "Close":
-						done <- s.Close()
-					}
-				}()
-				select {
-				case err := <-done:
-					t.Fatalf("%s returned (%v) while the directory sync still ran", next, err)
-				case <-time.After(50 * time.Millisecond):
-				}
-				unchanged("while the sync ran")
-				unblock()
-				must(t, <-done)
-				if next == "Close" {
-					return
-				}
-				wantGeneration(t, s.Path(), gen)
-				if want := int32(1); fail {
-					if exchanges.Load() != 0 {
-						t.Errorf("after a failed directory sync the next write exchanged names %d times, want 0", exchanges.Load())
-					}
-				} else if exchanges.Load() != want {
-					t.Errorf("the next write exchanged names %d times, want %d", exchanges.Load(), want)
-				}
-			})
-		}
-	}
-}
-
 // TestSpareRefused: whatever sits at a spare's name that is not a regular file of this
 // Store's with one name (a symlink, a directory, a FIFO, a file with a second name, a file
 // another writer holds) is left untouched, and the write goes through a new temporary file
-// instead: at SpareFileName for a write that syncs the directory, at SecondSpareFileName for
-// one that does not.
+// instead, whether it asked for a directory sync (second false) or not.
 func TestSpareRefused(t *testing.T) {
 	for name, plant := range map[string]func(t *testing.T, spare, victim string) func(){
 		"symlink":   func(t *testing.T, spare, victim string) func() { must(t, os.Symlink(victim, spare)); return nil },
@@ -301,18 +184,16 @@ func spareRefused(t *testing.T, writes int, second bool, plant func(t *testing.T
 	s := newTestStore(t, StoreConfig{Dir: dir})
 	must(t, s.Write(generation(1, 100)))
 	for gen := 2; gen <= writes; gen++ {
-		if second { // fill both spares, the second last but one
+		if second {
 			must(t, s.WritePreparedNoDirSync(preparedGeneration(gen, 100)))
 		} else {
 			must(t, s.Write(generation(gen, 100)))
 		}
 	}
-	awaitDirSync(s)
 	exchanges.Store(0)
 	spare := filepath.Join(dir, SpareFileName)
 	write := func() error { return s.Write(generation(writes+1, 100)) }
 	if second {
-		spare = filepath.Join(dir, SecondSpareFileName)
 		write = func() error { return s.WritePreparedNoDirSync(preparedGeneration(writes+1, 100)) }
 	}
 	if _, err := os.Lstat(spare); err == nil {
@@ -346,13 +227,6 @@ func spareRefused(t *testing.T, writes int, second bool, plant func(t *testing.T
 		if got, _ := os.ReadFile(spare); string(got) != "precious\n" {
 			t.Errorf("the refused spare was written: %q", got)
 		}
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -511,38 +385,37 @@ func TestReadWaitsForTheFilesWriter(t *testing.T) {
 	}
 }
 
-// TestSpareFoundAtStart: a new Store keeps the spares a previous one left, and does not write
-// into either before a write of its own has synced the directory: the previous Store may have
-// stopped right after exchanging one, before the exchange reached the disk.
+// TestSpareFoundAtStart: a new Store keeps the spare a previous one left, and does not write
+// into it before a write of its own has synced the directory: the previous Store may have
+// stopped right after exchanging it, before the exchange reached the disk. A second spare that
+// an earlier version left is removed like any other temporary file.
 func TestSpareFoundAtStart(t *testing.T) {
 	exchanges := countExchanges(t, nil)
 	dir := t.TempDir()
-	spares := []string{filepath.Join(dir, SpareFileName), filepath.Join(dir, SecondSpareFileName)}
+	spare, second := filepath.Join(dir, SpareFileName), filepath.Join(dir, SecondSpareFileName)
 	first := newTestStore(t, StoreConfig{Dir: dir})
 	must(t, first.Write(generation(1, 100)))
 	must(t, first.Write(generation(2, 100)))
-	must(t, first.WritePreparedNoDirSync(preparedGeneration(3, 100))) // fills the second spare
+	must(t, first.Write(generation(3, 100)))
 	must(t, first.Close())
-	var held [][]byte
-	for i, spare := range spares {
-		b, err := os.ReadFile(spare)
-		if want := fmt.Sprint(i + 1); err != nil || genOf(t, b) != want {
-			t.Fatalf("the first Store left no %s holding write %s (%v)", filepath.Base(spare), want, err)
-		}
-		held = append(held, b)
+	held, err := os.ReadFile(spare)
+	if err != nil || genOf(t, held) != "2" {
+		t.Fatalf("the first Store left no spare holding write 2 (%v)", err)
 	}
+	must(t, os.WriteFile(second, held, 0o600))
 	unchanged := func(when string) {
 		t.Helper()
-		for i, spare := range spares {
-			if got, err := os.ReadFile(spare); err != nil || !bytes.Equal(got, held[i]) {
-				t.Fatalf("%s: %s was removed or changed (%v)", when, filepath.Base(spare), err)
-			}
+		if got, err := os.ReadFile(spare); err != nil || !bytes.Equal(got, held) {
+			t.Fatalf("%s: the spare was removed or changed (%v)", when, err)
 		}
 	}
 
 	exchanges.Store(0)
 	s := newTestStore(t, StoreConfig{Dir: dir})
 	unchanged("NewStore")
+	if _, err := os.Lstat(second); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("NewStore kept the second spare an earlier version left (%v)", err)
+	}
 	must(t, s.WritePreparedNoDirSync(preparedGeneration(4, 100)))
 	must(t, s.WritePreparedNoDirSync(preparedGeneration(5, 100)))
 	unchanged("writes before a directory sync")

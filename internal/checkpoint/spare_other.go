@@ -10,8 +10,8 @@ import (
 
 // replaceViaSpare never writes outside Linux, which alone can exchange two names atomically:
 // every write there goes through a new temporary file.
-func (s *Store) replaceViaSpare(writeFunc, []*Entry, int, bool) (size, kept int64, done bool, err error) {
-	return 0, 0, false, nil
+func (s *Store) replaceViaSpare(writeFunc, *slotImage) (patched, done bool, err error) {
+	return false, false, nil
 }
 
 // lockForRead takes no lock outside Linux: no spare is ever overwritten there.

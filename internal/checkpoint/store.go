@@ -29,10 +29,9 @@ const (
 	// write replaced. Unlike the other temporary files, NewStore keeps it for later writes.
 	SpareFileName = tempPrefix + "spare"
 
-	// SecondSpareFileName is the spare that a write asking for no directory sync fills when
-	// the last write went through SpareFileName, and the other way round (see syncDirLater):
-	// it lets such a write go ahead while the directory sync of the write before it runs.
-	// NewStore keeps it too.
+	// SecondSpareFileName is a second spare that earlier versions filled in turn with
+	// SpareFileName. No write fills it any more; NewStore removes one left behind, as it does
+	// other temporary files, and Remove removes it too.
 	SecondSpareFileName = tempPrefix + "spare2"
 
 	// DirMode is the mode NewStore creates a missing directory with. It is
@@ -58,19 +57,13 @@ const (
 type Store struct {
 	dir        string
 	path       string
-	spares     [2]string // SpareFileName and SecondSpareFileName
+	spare      string // SpareFileName's path
 	logger     klog.Logger
 	quarantine bool
 	plain      bool // StoreConfig.PlainWrites: never through the spare
 	clock      clock.PassiveClock
 
 	mu sync.Mutex
-	// closed is set by Close, after which replaced files are released inline. Guarded by mu.
-	closed bool
-	// lastSize is the size of the file the last write left, or -1 if unknown; a write takes a
-	// reference to the file it replaces only when that file is large (see holdFile). Guarded
-	// by mu.
-	lastSize int64
 	// noExchange is set once the file system refused to exchange names; spareSafe is cleared
 	// while the spare may still be the checkpoint on disk (the directory sync after an
 	// exchange failed, or NewStore found a spare), until a later directory sync succeeds.
@@ -82,22 +75,11 @@ type Store struct {
 	// A write through a spare leaves in place what the spare already holds of the new file
 	// (see replaceViaSpare). Guarded by mu.
 	checkpointHolds *fileContent
-	spareHolds      [2]*fileContent
-	// lastSpare is the spare (0 or 1) the last write through a spare filled.
-	lastSpare int
-	// dirSyncs holds, per spare, the directory sync that a write through it left to a
-	// goroutine (a write that did not ask for one, see WritePreparedNoDirSync), until a write
-	// waits for it (see awaitDirSync). Guarded by mu.
-	dirSyncs [2]*pendingSync
-
-	// releases tracks the goroutines releasing replaced files (see releaseReplaced).
-	releases sync.WaitGroup
+	spareHolds      *fileContent
+	// model is the slotted file the next WritePrepared starts from (see slots.go). Guarded
+	// by mu.
+	model slotModel
 }
-
-// asyncReleaseSize is the size from which the file a write replaces is released on a
-// goroutine. Dropping the last reference to a file frees its blocks, which for a checkpoint of
-// 10,000 pods (7 MB on ext4) takes longer than a millisecond; nothing needs to wait for it.
-const asyncReleaseSize = 1 << 20
 
 // writeBufferSize is the size of the buffer WritePrepared writes the file through.
 const writeBufferSize = 256 << 10
@@ -125,14 +107,13 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		quarantine: !cfg.OverwriteCorrupt,
 		plain:      cfg.PlainWrites,
 		clock:      cfg.Clock,
-		lastSize:   -1,
 		spareSafe:  true,
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
 	s.path = filepath.Join(s.dir, FileName)
-	s.spares = [2]string{filepath.Join(s.dir, SpareFileName), filepath.Join(s.dir, SecondSpareFileName)}
+	s.spare = filepath.Join(s.dir, SpareFileName)
 	if err := os.MkdirAll(s.dir, DirMode); err != nil {
 		return nil, fmt.Errorf("checkpoint store: create directory: %w", err)
 	}
@@ -149,7 +130,7 @@ func (s *Store) removeStaleTemps() error {
 	}
 	removed := false
 	for _, e := range entries {
-		if e.Name() == SpareFileName || e.Name() == SecondSpareFileName {
+		if e.Name() == SpareFileName {
 			// Kept: removing it would free its blocks and sync the directory on the way to
 			// reading the checkpoint. A previous Store may have exchanged it just before it
 			// stopped, so until a directory sync it may still be the checkpoint on disk.
@@ -198,16 +179,15 @@ func (s *Store) Write(d *Data) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.writeLocked(b, entries)
+	return s.writeLocked(b, entries, true)
 }
 
-// WritePrepared is Write for Prepared content: the same file as
-// Write(p.Data()), with each entry's JSON taken from its cache. The file is
-// written piece by piece through a pooled buffer (writeBuffers), while the
-// checksum, which ends the file, is computed on a second goroutine: a large
-// checkpoint is neither built in memory whole nor hashed before its writing
-// starts. Through the spare (see Write), the bytes of the leading entries
-// that the spare already holds are not written again (see replaceViaSpare).
+// WritePrepared writes p durably, as Write does, in the slotted layout (see slots.go): the
+// file decodes to p.Data() with its entries in the order of their slots, which is the order of
+// p's entries up to the places of departed entries taken by new ones, and verifies. Through
+// the spare (see Write) only the bytes that differ from what the spare holds are written,
+// when the Store knows what it holds (the file it wrote two writes before, unchanged since,
+// see fileID).
 // It is part of the device manager's write path (see the package documentation).
 func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, true) }
 
@@ -216,13 +196,9 @@ func (s *Store) WritePrepared(p *Prepared) error { return s.writePrepared(p, tru
 // ever (written, fsynced and renamed, so a crash never leaves a partial
 // file), but until the directory is next synced, by any later Write or
 // WritePrepared, a crash may bring back the checkpoint this one replaced.
-// A write that reuses a spare (see Write) has the directory synced all the
-// same, since a later write overwrites that spare, which must by then not be
-// the checkpoint on disk, but on a goroutine, without waiting for it: the next
-// write that overwrites that spare waits for the sync before it starts. The
-// next write of this kind fills the other spare (SecondSpareFileName), so it
-// waits only for the sync of the write before the last. It is still the
-// cheaper write.
+// A write that reuses the spare (see Write) syncs the directory all the same,
+// since the next write overwrites that spare, which must by then not be the
+// checkpoint on disk: only a plain write (a new temporary file) skips it.
 func (s *Store) WritePreparedNoDirSync(p *Prepared) error { return s.writePrepared(p, false) }
 
 func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
@@ -235,49 +211,48 @@ func (s *Store) writePrepared(p *Prepared, dirSync bool) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	size := 0
-	bw := writeBuffers.Get().(*bufio.Writer)
-	how, err := s.replaceLocked(dirSync, p.Entries, func(f io.Writer, skip int64) error {
-		bw.Reset(f)
-		var werr error
-		sum := emitPrepared(p, reg, func(b []byte) {
-			at := int64(size)
-			size += len(b)
-			if werr != nil || int64(size) <= skip {
-				return
-			}
-			if at < skip {
-				b = b[skip-at:]
-			}
-			_, werr = bw.Write(b)
-		})
-		if werr != nil {
-			return werr
+	if p.Entries == nil { // null has no slots
+		s.model = slotModel{}
+		b, _ := EncodePrepared(p)
+		return s.writeLocked(b, 0, dirSync)
+	}
+	im, h := s.model.update(p, reg)
+	how, err := s.replaceLocked(dirSync, im, func(f *os.File, prev *slotImage) error {
+		// The checksum's digits are written last, so a large list of registered devices is
+		// hashed while the file is written.
+		sum := make(chan uint32, 1)
+		tail := func() { sum <- checksumTail(h, im.regNil, reg) }
+		if im.size-im.lay.tailOff() >= 1<<20 {
+			go tail()
+		} else {
+			tail()
 		}
-		if int64(size) < skip {
-			return fmt.Errorf("checkpoint store: %d bytes to keep, but the file has %d", skip, size)
+		var err error
+		if prev != nil && prev.lay == im.lay {
+			err = patchImage(f, prev, im)
+		} else {
+			err = writeImage(f, im)
 		}
-		var tail [32]byte
-		t := appendChecksumTail(tail[:0], sum)
-		size += len(t)
-		if _, err := bw.Write(t); err != nil {
-			return err
+		if h := <-sum; err == nil {
+			err = writeSum(f, im, h)
 		}
-		return bw.Flush()
+		return err
 	})
-	bw.Reset(nil) // let go of the file
-	writeBuffers.Put(bw)
+	im.reg = nil // written: the Store remembers the pairs by their serials
 	if err != nil {
 		return err
 	}
-	s.logWrite(size, len(p.Entries), how)
+	s.logWrite(int(im.size), len(p.Entries), how)
 	return nil
 }
 
 // writeLocked replaces the checkpoint with b, the encoding of entries entries, durably.
 // Callers hold mu.
-func (s *Store) writeLocked(b []byte, entries int) error {
-	how, err := s.replaceLocked(true, nil, func(f io.Writer, _ int64) error { _, err := f.Write(b); return err })
+func (s *Store) writeLocked(b []byte, entries int, dirSync bool) error {
+	how, err := s.replaceLocked(dirSync, nil, func(f *os.File, _ *slotImage) error {
+		_, err := (&countingWriter{w: f, f: f}).Write(b)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -285,57 +260,58 @@ func (s *Store) writeLocked(b []byte, entries int) error {
 	return nil
 }
 
-// writeFunc writes a checkpoint file to w, leaving out its first skip bytes, which the file
-// being filled already holds: w starts at offset skip. skip is 0 unless the write is of a
-// Prepared file (see replaceViaSpare).
-type writeFunc func(w io.Writer, skip int64) error
+// writeFunc writes a checkpoint file into f, a new file or the spare, open at its start. prev
+// is what f holds when the Store knows it (a slotted file it wrote), or nil. The caller
+// truncates f to the new file's size.
+type writeFunc func(f *os.File, prev *slotImage) error
 
 // replacement says how a write replaced the checkpoint.
 type replacement struct {
 	viaSpare bool // through the spare (replaceViaSpare), not a new temporary file
 	dirSync  bool // the directory was synced after it
-	// dirSyncLater: the directory is being synced after it, on a goroutine (see syncDirLater)
-	dirSyncLater bool
-	kept         int64 // bytes of the spare left as they were, not written again
+	patched  bool // only the bytes that differ from what the spare held were written
+}
+
+// fileContent is what a Store knows a file it wrote holds: its slotted image, and the file's
+// identity as the Store last saw it. A later write checks the identity before it trusts the
+// image (see replaceViaSpare).
+type fileContent struct {
+	img *slotImage
+	id  fileID
+}
+
+// fileID is what a Store compares to decide that a file is still the one it wrote: the same
+// inode, size, modification time and, once set, change time. Writing into the file, truncating
+// it, putting another file at its name or changing its times, mode or owner changes one of
+// them, as long as the file system's timestamps tell the change from the Store's own last
+// look at the file: since Linux 6.13 (multigrain timestamps on ext4, xfs, btrfs and tmpfs) a
+// change after the Store read the times always does. On older kernels a change that keeps the
+// size, made within one clock tick of the Store's write, is not seen; only a process writing
+// in place into one of the Store's own 0600 files can make one, and the checkpoint it leads to
+// fails its checksum when read.
+type fileID struct {
+	dev, ino         uint64
+	size             int64
+	mtimeNs, ctimeNs int64
+	ctimeKnown       bool
 }
 
 // replaceLocked replaces the checkpoint with what write writes, through the spare when it can
 // (replaceViaSpare) and plain writes are not asked for, and a new temporary file otherwise,
-// and fsyncs the directory when dirSync is set (a write through the spare always does, on a
-// goroutine when dirSync is not set). It first waits for a directory sync still running.
-// entries are the new file's entries when it is a Prepared file, nil otherwise. Callers hold
-// mu.
-func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (replacement, error) {
-	later := !dirSync && fastPath(offLaterSync)
-	// A write that syncs the directory refills the spare the last one filled, which holds the
-	// most recent file the Store replaced; one that leaves its sync to a goroutine takes the
-	// other, whose exchange is one write older, and waits only for that exchange's sync.
-	spare := s.lastSpare
-	if later {
-		spare = 1 - spare
-	}
-	s.awaitDirSync(spare)
+// and fsyncs the directory when dirSync is set (a write through the spare always does). im is
+// the new file's image when it is slotted, nil otherwise. Callers hold mu.
+func (s *Store) replaceLocked(dirSync bool, im *slotImage, write writeFunc) (replacement, error) {
 	if !s.plain {
-		size, kept, done, err := s.replaceViaSpare(write, entries, spare, later)
+		patched, done, err := s.replaceViaSpare(write, im)
 		if done {
-			s.lastSize = size
 			if err != nil {
-				s.lastSize = -1
 				return replacement{}, &FileError{Path: s.path, Err: err}
 			}
-			return replacement{viaSpare: true, dirSync: !later, dirSyncLater: later, kept: kept}, nil
+			return replacement{viaSpare: true, dirSync: true, patched: patched}, nil
 		}
 	}
-	s.checkpointHolds, s.spareHolds = nil, [2]*fileContent{}
-	var replaced *heldFile
-	if s.lastSize < 0 || s.lastSize >= asyncReleaseSize {
-		replaced = holdFile(s.path)
-	}
-	size, err := writeFileAtomic(s.dir, s.path, func(w io.Writer) error { return write(w, 0) }, dirSync)
-	s.releaseReplaced(replaced)
-	s.lastSize = size
-	if err != nil {
-		s.lastSize = -1
+	s.checkpointHolds, s.spareHolds = nil, nil
+	if err := writeFileAtomic(s.dir, s.path, func(f *os.File) error { return write(f, nil) }, dirSync); err != nil {
 		return replacement{}, &FileError{Path: s.path, Err: err}
 	}
 	if dirSync {
@@ -344,100 +320,21 @@ func (s *Store) replaceLocked(dirSync bool, entries []*Entry, write writeFunc) (
 	return replacement{dirSync: dirSync}, nil
 }
 
-// Close waits until the files that writes replaced are released (see asyncReleaseSize), and
-// for a directory sync a write left running (see syncDirLater). The Store stays usable; later
-// writes release what they replace before returning. The device
-// manager calls it when it stops, so that no goroutine of its store outlives it.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	s.awaitDirSyncs()
-	s.closed = true
-	s.mu.Unlock()
-	s.releases.Wait()
-	return nil
-}
-
-// pendingSync is a directory sync running on a goroutine: done is closed once it is over, and
-// err is then its error (written before done is closed, read after).
-type pendingSync struct {
-	done chan struct{}
-	err  error
-}
-
-// syncDirLater syncs the directory on a goroutine (inline once the Store is closed), after an
-// exchange of the checkpoint with spare, for awaitDirSync(spare) to wait for: until that sync
-// is done the file now at the spare's name may still be the checkpoint on disk, so nothing
-// overwrites it. A write that asks for no sync fills the other spare, whose own exchange is
-// one write older: it waits only for that older sync, and this one runs beside it. Callers
-// hold mu.
-func (s *Store) syncDirLater(spare int) {
-	p := &pendingSync{done: make(chan struct{})}
-	s.dirSyncs[spare] = p
-	if s.closed {
-		p.err = syncDir(s.dir)
-		close(p.done)
-		return
-	}
-	s.releases.Add(1)
-	go func() {
-		defer s.releases.Done()
-		p.err = syncDir(s.dir)
-		close(p.done)
-	}()
-}
-
-// awaitDirSync waits for the directory sync that syncDirLater started after the last exchange
-// with spare, if any. When it failed, that exchange may not be on disk, so the file at the
-// spare's name may still be the checkpoint there: no spare is used again until a write's own
-// directory sync succeeds. Callers hold mu.
-func (s *Store) awaitDirSync(spare int) {
-	p := s.dirSyncs[spare]
-	if p == nil {
-		return
-	}
-	<-p.done
-	s.dirSyncs[spare] = nil
-	if p.err != nil {
-		s.spareSafe = false
-		s.logger.Error(p.err, "Directory sync after a checkpoint write failed; the next writes use new files", "path", s.path)
-	}
-}
-
-// awaitDirSyncs waits for the directory syncs of both spares. Callers hold mu.
-func (s *Store) awaitDirSyncs() {
-	s.awaitDirSync(0)
-	s.awaitDirSync(1)
-}
-
-// releaseReplaced drops the reference holdFile took: on a goroutine for a file of
-// asyncReleaseSize or more, unless the Store is closed. Callers hold mu.
-func (s *Store) releaseReplaced(h *heldFile) {
-	if h == nil {
-		return
-	}
-	if h.size < asyncReleaseSize || s.closed {
-		h.release()
-		return
-	}
-	s.releases.Add(1)
-	go func() {
-		defer s.releases.Done()
-		h.release()
-	}()
-}
+// Close releases nothing and returns nil: every write is over, directory sync included,
+// when it returns. It is kept so that a caller that closes its Store keeps working.
+func (s *Store) Close() error { return nil }
 
 func (s *Store) logWrite(bytes, entries int, how replacement) {
 	s.logger.V(4).Info("Wrote checkpoint file", "path", s.path, "bytes", bytes, "entries", entries,
-		"dirSynced", how.dirSync, "dirSyncLater", how.dirSyncLater, "viaSpare", how.viaSpare, "keptBytes", how.kept)
+		"dirSynced", how.dirSync, "viaSpare", how.viaSpare, "patched", how.patched)
 }
 
-// writeFileAtomic replaces path with what write writes through a temporary file in dir:
-// write, fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable.
-// It returns the number of bytes written.
-func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool) (size int64, err error) {
+// writeFileAtomic replaces path with what write writes into a temporary file in dir: write,
+// fsync, close, rename, and, with dirSync, fsync dir so that the rename is durable.
+func writeFileAtomic(dir, path string, write func(*os.File) error, dirSync bool) (err error) {
 	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
-		return 0, fmt.Errorf("create temporary file: %w", err)
+		return fmt.Errorf("create temporary file: %w", err)
 	}
 	tmp := f.Name()
 	defer func() {
@@ -446,26 +343,22 @@ func writeFileAtomic(dir, path string, write func(io.Writer) error, dirSync bool
 			_ = os.Remove(tmp)
 		}
 	}()
-	cw := &countingWriter{w: f, f: f}
-	if err = write(cw); err != nil {
-		return 0, fmt.Errorf("write temporary file: %w", err)
+	if err = write(f); err != nil {
+		return fmt.Errorf("write temporary file: %w", err)
 	}
 	if err = f.Sync(); err != nil {
-		return 0, fmt.Errorf("sync temporary file: %w", err)
+		return fmt.Errorf("sync temporary file: %w", err)
 	}
 	if err = f.Close(); err != nil {
-		return 0, fmt.Errorf("close temporary file: %w", err)
+		return fmt.Errorf("close temporary file: %w", err)
 	}
 	if err = os.Rename(tmp, path); err != nil {
-		return 0, fmt.Errorf("rename temporary file: %w", err)
+		return fmt.Errorf("rename temporary file: %w", err)
 	}
-	if !dirSync {
-		return cw.n, nil
+	if dirSync {
+		return syncDir(dir) // on failure the rename happened: keep the new file
 	}
-	if err := syncDir(dir); err != nil {
-		return 0, err // the rename happened: keep the new file
-	}
-	return cw.n, nil
+	return nil
 }
 
 // countingWriter counts the bytes written through it. With f set, it asks the kernel to
@@ -603,10 +496,9 @@ var errReadBusy = errors.New("checkpoint file is being replaced")
 func (s *Store) Remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.awaitDirSyncs()
-	s.checkpointHolds, s.spareHolds = nil, [2]*fileContent{}
+	s.checkpointHolds, s.spareHolds = nil, nil
 	removedSpare := false
-	for _, spare := range s.spares {
+	for _, spare := range []string{s.spare, filepath.Join(s.dir, SecondSpareFileName)} {
 		removedSpare = os.Remove(spare) == nil || removedSpare
 	}
 	err := os.Remove(s.path)
@@ -623,4 +515,17 @@ func (s *Store) Remove() error {
 		return &FileError{Path: s.path, Err: err}
 	}
 	return nil
+}
+
+// sizeOr returns the size of the file of im, or, for a file that is not slotted (nil im),
+// f's offset after it was written from its start.
+func (im *slotImage) sizeOr(f *os.File) int64 {
+	if im != nil {
+		return im.size
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return -1
+	}
+	return off
 }

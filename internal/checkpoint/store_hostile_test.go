@@ -77,14 +77,14 @@ func TestWriteOverNonRegularFile(t *testing.T) {
 	}
 }
 
-// TestCloseWaitsForReplacedFiles: a write that replaces a large checkpoint leaves the freeing
-// of the old file to a goroutine; once Close returns, the process holds no reference to it
-// (no open descriptor of a deleted file in the directory), and later writes still work.
-func TestCloseWaitsForReplacedFiles(t *testing.T) {
+// TestNoReplacedFileHeld: once writes that replace a large checkpoint return and Close
+// returns, the process holds no reference to a replaced file (no open descriptor of a deleted
+// file in the directory), and later writes still work.
+func TestNoReplacedFileHeld(t *testing.T) {
 	dir := t.TempDir()
 	s := newTestStore(t, StoreConfig{Dir: dir})
 	big := sampleData()
-	big.PodDeviceEntries[0].AllocResp = make([]byte, 2*asyncReleaseSize)
+	big.PodDeviceEntries[0].AllocResp = make([]byte, 2<<20)
 	for range 3 {
 		if err := s.Write(big); err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func TestCloseWaitsForReplacedFiles(t *testing.T) {
 		t.Fatalf("a write after Close left replaced files held: %v", held)
 	}
 	got, _, err := s.Read()
-	if err != nil || len(got.PodDeviceEntries[0].AllocResp) != 2*asyncReleaseSize {
+	if err != nil || len(got.PodDeviceEntries[0].AllocResp) != 2<<20 {
 		t.Fatalf("Read after the writes: %v", err)
 	}
 }

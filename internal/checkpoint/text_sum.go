@@ -1,26 +1,20 @@
 package checkpoint
 
-import (
-	"hash/maphash"
-	"slices"
-	"sync"
-)
+import "sync"
 
-// A piece of text hashed after every possible state at once.
+// A piece of text hashed after every possible state at once: an Entry's whole textSum.
 //
-// As hashtables.go explains, fnv(h, text) == p^len(text)*h + add[h & 0xff] for any text, so
-// 256 terms describe what the text does to the checksum's chain from any state. When the
-// text's bytes are all below 0x80 (ASCII), or all below 0x40 (digits, spaces and the like:
-// the decimal dump of AllocResp), XOR with them never reaches the state's top bit, or its top
-// two bits, and the terms repeat every 128 or every 64 low bytes. A piece whose text stays
-// the same while what comes before it changes (an Entry once an entry before it leaves the
-// file) then costs one multiply and one lookup per write, instead of a pass over its text.
+// fnv(h, text) == p^len(text)*h + add[h & 0xff] for any text (see hashtables.go), so 256 terms
+// describe what the text does to the checksum's chain from any state. When the text's bytes
+// are all below 0x80, or all below 0x40 (digits and spaces: the decimal dump of AllocResp),
+// XOR with them never reaches the state's top bit, or its top two bits, and the terms repeat
+// every 128 or every 64 low bytes.
 //
-// Building the terms costs a pass over the text for each low byte that matters (64, 128 or
-// 256 passes, run side by side), so entrySum joins the terms of an entry's two parts: the
-// decimal dump of AllocResp takes 64 passes through the per-byte tables, the rest of the text
-// 128 (256 when it has bytes of 0x80 or more). On the benchmark's entries that is about 32
-// passes' worth of work (BenchmarkTextSum).
+// entrySum builds an entry's terms in two parts that it joins: the decimal dump of AllocResp
+// takes 64 states through the per-byte tables, the rest of the text 128 (256 when it has
+// bytes of 0x80 or more), eight side by side (lanes8). On the benchmark's entries that is
+// about 32 single passes' worth of work. An entry gets its textSum when it is hashed after a
+// second state (see applyPiece); a checksum block composes its entries' (see slots.go).
 
 // textSum is what a fixed text does to the FNV-1a 32 state: fnv(h, text) == mul*h +
 // add[h&(len(add)-1)] for every h. len(add) is 64, 128 or 256. It is immutable once built.
@@ -136,113 +130,5 @@ func laneSum(text []byte, lanes int) *textSum {
 	return &textSum{mul: mul, add: add}
 }
 
-// An entryRun is a run of consecutive entries in a file, from an entry that heads a run (one
-// in runLength, chosen by its identity, see runHead) to the entry before the next head, and
-// the textSum of their text with the spaces between them. The head keeps the run as it was
-// last composed: while the same entries follow it, a checksum applies the run's textSum
-// instead of one per entry, whose lookups, each waiting on the one before, cost a cache miss
-// apiece in a large file. A run stays valid as entries come and go elsewhere: only a change
-// inside it (an entry leaves it, or arrives in it) makes it be composed again, from its
-// entries' own textSums.
-type entryRun struct {
-	entries []*Entry
-	sum     *textSum
-}
-
-// runLength is the mean number of entries in a run.
-const runLength = 32
-
-// runSeed keys the choice of run heads, so that no set of pod UIDs makes runs long on
-// purpose.
-var runSeed = maphash.MakeSeed()
-
-// runHead reports whether e heads a run: a choice fixed by its pod, container and resource,
-// so that an entry keeps it for life, and read from a file or made anew alike.
-func runHead(e *PodDevicesEntry) bool {
-	var h maphash.Hash
-	h.SetSeed(runSeed)
-	h.WriteString(e.PodUID)
-	h.WriteByte(0)
-	h.WriteString(e.ContainerName)
-	h.WriteByte(0)
-	h.WriteString(e.ResourceName)
-	return h.Sum64()%runLength == 0
-}
-
 // spaceSum is the textSum of the space between two entries.
 var spaceSum = sync.OnceValue(func() *textSum { return laneSum([]byte{' '}, 64) })
-
-// checksumRun folds entries[i] into s and, when it heads a run, the rest of its run, and
-// returns the index of the next entry. A run that follows its head as last composed is
-// applied whole; otherwise each entry goes through entry, which reports whether the entry has
-// its whole textSum, and a run whose entries all have one is composed for the next write.
-func checksumRun(s *hasher, entries []*Entry, i int, entry func(*Entry) bool) int {
-	head := entries[i]
-	if !head.heads || !fastPath(offWhole) {
-		entry(head)
-		return i + 1
-	}
-	if r := head.run.Load(); r != nil && len(r.entries) <= len(entries)-i && slices.Equal(r.entries, entries[i:i+len(r.entries)]) {
-		s.h = r.sum.apply(s.h)
-		return i + len(r.entries)
-	}
-	end := i + 1
-	for end < len(entries) && !entries[end].heads {
-		end++
-	}
-	whole := entry(head)
-	for _, e := range entries[i+1 : end] {
-		s.char(' ')
-		whole = entry(e) && whole
-	}
-	if whole && end-i > 1 {
-		sum := head.sum.whole.Load()
-		space := spaceSum()
-		for _, e := range entries[i+1 : end] {
-			sum = sum.then(space).then(e.sum.whole.Load())
-		}
-		head.run.Store(&entryRun{entries: slices.Clone(entries[i:end]), sum: sum})
-	}
-	return end
-}
-
-// lanes8 is eight FNV-1a 32 states hashed through the same text side by side (see laneSum):
-// one pass costs about what a pass of a single state does, as the states' multiplies overlap.
-type lanes8 [8]uint32
-
-// write hashes text into the eight states.
-func (h *lanes8) write(text string) { lanesWrite(h, text) }
-
-// lanesWrite hashes text into the eight states of h, kept in registers through the text.
-func lanesWrite[T string | []byte](h *lanes8, text T) {
-	const p = fnvPrime32
-	h0, h1, h2, h3, h4, h5, h6, h7 := h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]
-	for i := 0; i < len(text); i++ {
-		x := uint32(text[i])
-		h0 = (h0 ^ x) * p
-		h1 = (h1 ^ x) * p
-		h2 = (h2 ^ x) * p
-		h3 = (h3 ^ x) * p
-		h4 = (h4 ^ x) * p
-		h5 = (h5 ^ x) * p
-		h6 = (h6 ^ x) * p
-		h7 = (h7 ^ x) * p
-	}
-	h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7] = h0, h1, h2, h3, h4, h5, h6, h7
-}
-
-// writeList hashes the STRLIST text of l ("<nil>", or "[a b c]") into the eight states.
-func (h *lanes8) writeList(l []string) {
-	if l == nil {
-		h.write(gNil)
-		return
-	}
-	h.write("[")
-	for i, x := range l {
-		if i > 0 {
-			h.write(" ")
-		}
-		h.write(x)
-	}
-	h.write("]")
-}

@@ -1,9 +1,7 @@
 package checkpoint
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -76,7 +74,7 @@ func FuzzEntrySum(f *testing.F) {
 }
 
 // BenchmarkTextSum compares building an entry's textSum with one pass of the checksum over
-// it: the price of the terms in passes (wholeCostPasses).
+// it: the price of the terms in passes.
 func BenchmarkTextSum(b *testing.B) {
 	e := benchData(b, 1).PodDeviceEntries[0]
 	b.Run("build", func(b *testing.B) {
@@ -92,110 +90,27 @@ func BenchmarkTextSum(b *testing.B) {
 	})
 }
 
-// TestChecksumPreparedChurn runs a file of entries through the changes a node sees (pods
-// leave from the start, the middle and the end, arrive at the end and in the middle, the same
-// entries come back) and checks every write's checksum against Checksum of the same Data: the
-// memos, the entries' textSums and the runs' must give exactly the kubelet's checksum. It
-// also checks that the textSums and runs were used, so that the comparison covers them, and
-// that the fast-path switch turns them off.
-func TestChecksumPreparedChurn(t *testing.T) {
-	t.Run("fast", func(t *testing.T) { checksumChurn(t, true) })
-	t.Run("whole off", func(t *testing.T) {
-		defer func(off uint32) { fastPathsOff = off }(fastPathsOff)
-		fastPathsOff |= offWhole
-		checksumChurn(t, false)
-	})
-}
-
-// checksumChurn is TestChecksumPreparedChurn with textSums on (wholeOn) or off.
-func checksumChurn(t *testing.T, wholeOn bool) {
-	const n = 600
-	d := benchData(t, n+400)
-	pool := make([]*Entry, len(d.PodDeviceEntries))
-	for i, e := range d.PodDeviceEntries {
-		pool[i] = NewEntry(e)
-	}
-	live := slices.Clone(pool[:n])
-	next := n
-	reg := []*Registered{NewRegistered("nvidia.com/gpu", []string{"a", "b"})}
+// TestApplyPiece hashes an entry and a registered pair after many random states, so that each
+// goes from its memo to its whole textSum or its table filled by groups, and checks every
+// result against hashing the text.
+func TestApplyPiece(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	check := func(step string) {
-		t.Helper()
-		p := &Prepared{Entries: live, Registered: reg}
-		if got, want := checksumPrepared(live, false, reg, nil), Checksum(p.Data()); got != want {
-			t.Fatalf("%s: checksum %d, want %d", step, got, want)
-		}
-	}
-	check("first")
-	for op := 0; op < 300; op++ {
-		switch op % 5 {
-		case 0, 1: // the oldest leaves, a new one arrives
-			live = append(live[1:], pool[next%len(pool)])
-			next++
-		case 2: // one at random leaves
-			i := rng.IntN(len(live))
-			live = slices.Delete(live, i, i+1)
-		case 3: // one arrives in the middle
-			i := rng.IntN(len(live))
-			live = slices.Insert(live, i, pool[next%len(pool)])
-			next++
-		case 4: // the newest leaves
-			live = live[:len(live)-1]
-		}
-		if slices.ContainsFunc(live[:len(live)-1], func(e *Entry) bool { return e == live[len(live)-1] }) {
-			live = live[:len(live)-1] // an entry appears once in a file
-		}
-		check(fmt.Sprintf("op %d", op))
-	}
-	wholes, runs := 0, 0
-	for _, e := range live {
-		if e.sum.whole.Load() != nil {
-			wholes++
-		}
-		if e.run.Load() != nil {
-			runs++
-		}
-	}
-	switch {
-	case wholeOn && (wholes < len(live)/2 || runs == 0):
-		t.Fatalf("%d of %d entries have a textSum and %d runs are composed: the churn did not exercise them", wholes, len(live), runs)
-	case !wholeOn && wholes+runs > 0:
-		t.Fatalf("with the whole fast path off, %d entries have a textSum and %d runs are composed", wholes, runs)
-	}
-}
-
-// TestWideRegisteredFillsByGroups: a large registered list after entries that change at
-// every write follows a new state each time; its part of the checksum must stay exact while
-// its table fills eight low bytes per pass, and the table must end full well within 256
-// passes.
-func TestWideRegisteredFillsByGroups(t *testing.T) {
-	ids := make([]string, 2000)
+	ids := make([]string, 300)
 	for i := range ids {
-		ids[i] = fmt.Sprintf("GPU-%08x-4b1e-9d7a-%012d", i, i)
+		ids[i] = "dev-" + strings.Repeat("x", i%7)
 	}
-	reg := []*Registered{NewRegistered("example.com/big", ids)}
-	if len(reg[0].encoded().json) < wideSumBytes {
-		t.Fatalf("the list's JSON is %d bytes, under wideSumBytes", len(reg[0].encoded().json))
-	}
-	d := benchData(t, 400)
-	for w := 0; w < 400; w++ {
-		e := NewEntry(d.PodDeviceEntries[w])
-		p := &Prepared{Entries: []*Entry{e}, Registered: reg}
-		if got, want := checksumPrepared(p.Entries, false, reg, nil), Checksum(p.Data()); got != want {
-			t.Fatalf("write %d: checksum %d, want %d", w, got, want)
+	e := benchData(t, 1).PodDeviceEntries[0]
+	for _, p := range []piece{NewEntry(e), NewRegistered("example.com/dev", ids), NewRegistered("ü", []string{"a"})} {
+		for i := range 300 {
+			h := rng.Uint32()
+			want := hasher{t: hashTablesOnce(), h: h}
+			p.hashInto(&want)
+			if got := applyPiece(h, p); got != want.h {
+				t.Fatalf("%T, state %d (%#x): %#x, want %#x", p, i, h, got, want.h)
+			}
 		}
-	}
-	tab := reg[0].sum.wide.Load()
-	if tab == nil {
-		t.Fatal("the large list got no table")
-	}
-	known := 0
-	for l := range 256 {
-		if _, ok := tab.get(uint8(l)); ok {
-			known++
+		if c := p.sum(); c.whole.Load() == nil && c.table.Load() == nil {
+			t.Errorf("%T: hashed after 300 states, it has neither a textSum nor a table", p)
 		}
-	}
-	if known != 256 {
-		t.Fatalf("after 400 writes after new states the table knows %d low bytes, want 256", known)
 	}
 }

@@ -8,11 +8,10 @@ import (
 
 // entryOrder is every checkpoint entry of the state, in the order of the checkpoint file: the
 // order the assignments were recorded in, those restored from a file first, in the file's
-// order. A new assignment goes last and a released one leaves its place, so that a write
-// rewrites the file only from the first entry that changed (see checkpoint.Store): on a node
-// where short-lived pods come and go beside long-running ones, that is the file's tail,
-// whatever the pods' UIDs. It is kept up to date entry by entry, so a snapshot costs a copy
-// of the list.
+// order. A new assignment goes last and a released one leaves its place. The Store's
+// slotted write keeps each entry in its slot whatever this order (see checkpoint.Store), so
+// the order only matters to EncodePrepared and to a file laid out anew. It is kept up to
+// date entry by entry, so a snapshot costs a copy of the list.
 type entryOrder []*checkpoint.Entry
 
 // add appends e.

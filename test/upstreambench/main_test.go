@@ -1,7 +1,6 @@
 package upstreambench
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -18,10 +17,6 @@ import (
 func TestMain(m *testing.M) {
 	if suite.RunPluginProcess() { // this binary was started as a plugin (suite.PluginProcess)
 		return
-	}
-	if err := setFastPathsOff(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
 	}
 	klog.SetLogger(logr.Discard())
 	kubeletmetrics.Register()

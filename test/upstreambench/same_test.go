@@ -46,36 +46,6 @@ func TestRestartSettles(t *testing.T) {
 	}
 }
 
-// TestFastPathSwitch checks that fastPathsOff reaches package checkpoint with its bits where
-// this package expects them: with the spare's bit set, a Store writes through new files and
-// leaves no spare; with it clear, its second write leaves one.
-func TestFastPathSwitch(t *testing.T) {
-	defer func(old uint32) { fastPathsOff = old }(fastPathsOff)
-	d := kdmData(suite.CheckpointData(t, 2, 1, 2, false))
-	for _, off := range []bool{false, true} {
-		fastPathsOff = 0
-		if off {
-			fastPathsOff = fastPathBits["spare"]
-		}
-		dir := t.TempDir()
-		s, err := checkpoint.NewStore(checkpoint.StoreConfig{Dir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 2 {
-			if err := s.Write(d); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if got := spareExists(dir); got == off {
-			t.Errorf("spare off=%v: a spare after two writes is %v, want %v", off, got, !off)
-		}
-	}
-}
-
 // TestPluginProcess checks the large benchmarks' plugin process against every side (see
 // suite.CheckPluginProcess).
 func TestPluginProcess(t *testing.T) {

@@ -2,48 +2,46 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
 )
 
-// writeLog records how many bytes of the spare each write kept (the "keptBytes" of the
-// store's "Wrote checkpoint file" line).
+// writeLog records whether each write only patched the spare (the "patched" of the store's
+// "Wrote checkpoint file" line).
 type writeLog struct {
-	mu   sync.Mutex
-	kept []int64
+	mu      sync.Mutex
+	patched []bool
 }
-
-var keptLine = regexp.MustCompile(`"Wrote checkpoint file".*"keptBytes"=(\d+)`)
 
 func (l *writeLog) logger() logr.Logger {
 	return funcr.New(func(_, args string) {
-		if m := keptLine.FindStringSubmatch(args); m != nil {
-			n, _ := strconv.ParseInt(m[1], 10, 64)
+		if strings.Contains(args, `"Wrote checkpoint file"`) {
 			l.mu.Lock()
-			l.kept = append(l.kept, n)
+			l.patched = append(l.patched, strings.Contains(args, `"patched"=true`))
 			l.mu.Unlock()
 		}
 	}, funcr.Options{Verbosity: 4})
 }
 
-// last is the kept bytes of the last write.
-func (l *writeLog) last(t *testing.T) int64 {
+// last reports whether the last write patched the spare.
+func (l *writeLog) last(t *testing.T) bool {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.kept) == 0 {
+	if len(l.patched) == 0 {
 		t.Fatal("no write was logged")
 	}
-	return l.kept[len(l.kept)-1]
+	return l.patched[len(l.patched)-1]
 }
 
 // entryPool makes entries with increasing pod UIDs, of varied lengths.
@@ -74,118 +72,95 @@ func commonPrefix(a, b []byte) int64 {
 	return int64(n)
 }
 
-// TestPreparedWritesKeepWhatTheSpareHolds runs a store through random changes of its entries
-// (most arriving at the end, some anywhere, some leaving, some writes of the same entries, of
-// Data, of null and empty lists) and checks after each write that the checkpoint holds exactly
-// EncodePrepared's bytes and that the spare holds the file before it. Each write keeps exactly
-// the entries it shares, from the start, with the file the spare held (sharedPrefix), never
-// more bytes than the two files share.
-func TestPreparedWritesKeepWhatTheSpareHolds(t *testing.T) {
+// checkHolds reads the checkpoint and checks that it verifies, as kdm reads it and as the
+// kubelet does, and holds p's entries (in any order) and registered devices.
+func checkHolds(t *testing.T, path string, p *Prepared, what string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := Decode(raw)
+	if err != nil {
+		t.Fatalf("%s: %v (a file of %d bytes)", what, err, len(raw))
+	}
+	// The kubelet's way: encoding/json into its types, the checksum over go-spew's dump.
+	var kubelet oracleFile
+	if err := json.Unmarshal(raw, &kubelet); err != nil {
+		t.Fatalf("%s: encoding/json refuses the file: %v", what, err)
+	}
+	d := &Data{PodDeviceEntries: kubelet.Data.PodDeviceEntries, RegisteredDevices: kubelet.Data.RegisteredDevices}
+	if sum := oracleChecksum(d); uint64(sum) != kubelet.Checksum {
+		t.Fatalf("%s: the kubelet's checksum of the file is %d, the file says %d", what, sum, kubelet.Checksum)
+	}
+	want := p.Data()
+	byPod := func(a, b PodDevicesEntry) int { return strings.Compare(a.PodUID, b.PodUID) }
+	slices.SortFunc(got.PodDeviceEntries, byPod)
+	slices.SortFunc(want.PodDeviceEntries, byPod)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("%s: the checkpoint holds other data (-want +got):\n%s", what, diff)
+	}
+}
+
+// TestSlottedWritesPatchTheSpare runs a store through random changes of its entries (arriving
+// at the end, anywhere, leaving, the same entries again, Data, null and empty lists, new
+// registered devices) and checks after each write that the checkpoint verifies and holds the
+// data written, and that most writes patched the spare instead of writing it whole.
+func TestSlottedWritesPatchTheSpare(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	pool := &entryPool{rng: rng}
 	var log writeLog
-	dir := t.TempDir()
-	s := newTestStore(t, StoreConfig{Dir: dir, Logger: log.logger()})
-	spare := dir + "/" + SpareFileName
-
+	s := newTestStore(t, StoreConfig{Dir: t.TempDir(), Logger: log.logger()})
 	var entries []*Entry
-	for range 50 {
-		entries = append(entries, pool.entry())
-	}
 	reg := []*Registered{NewRegistered("example.com/gpu", []string{"gpu-0"})}
-	var prevFile, spareWant []byte
-	var written [][]*Entry // each write's entries, nil for Data
-	keptHalf := 0
-	for step := range 400 {
-		p := &Prepared{Registered: reg}
-		op := rng.IntN(20)
-		switch {
-		case op < 8: // a pod arrives after the others
+	patched := 0
+	const writes = 400
+	for step := range writes {
+		switch op := rng.IntN(20); {
+		case op < 8:
 			entries = append(slices.Clone(entries), pool.entry())
-		case op < 10: // one arrives anywhere: an entry is replaced by a new one
-			if len(entries) > 0 {
-				entries = slices.Clone(entries)
-				entries[rng.IntN(len(entries))] = pool.entry()
-			}
-		case op < 14: // one leaves
-			if len(entries) > 0 {
-				i := rng.IntN(len(entries))
-				entries = slices.Delete(slices.Clone(entries), i, i+1)
-			}
-		case op < 15: // the devices change
-			reg = []*Registered{NewRegistered("example.com/gpu", []string{"gpu-" + strconv.Itoa(step)})}
-			p.Registered = reg
-		case op < 16: // written as Data
+		case op < 11 && len(entries) > 0:
+			entries = slices.Clone(entries)
+			entries[rng.IntN(len(entries))] = pool.entry()
+		case op < 15 && len(entries) > 0:
+			i := rng.IntN(len(entries))
+			entries = slices.Delete(slices.Clone(entries), i, i+1)
+		case op < 16:
+			reg = []*Registered{NewRegistered("example.com/gpu", []string{fmt.Sprintf("gpu-%d", step)})}
 		case op < 17:
 			entries = nil
 		case op < 18:
 			entries = []*Entry{}
 		}
-		p.Entries = entries
+		p := &Prepared{Entries: entries, Registered: reg}
 		var err error
-		if op == 15 {
+		switch rng.IntN(8) {
+		case 0:
 			err = s.Write(p.Data())
-		} else {
+		case 1:
+			err = s.WritePreparedNoDirSync(p)
+		default:
 			err = s.WritePrepared(p)
 		}
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		want, err := EncodePrepared(p)
-		if err != nil {
-			t.Fatal(err)
+		checkHolds(t, s.Path(), p, fmt.Sprintf("step %d", step))
+		if log.last(t) {
+			patched++
 		}
-		got, err := os.ReadFile(s.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("step %d (op %d): the checkpoint is not EncodePrepared's file; first difference at byte %d of %d, kept %d",
-				step, op, commonPrefix(got, want), len(want), log.last(t))
-		}
-		if _, _, err := Decode(got); err != nil {
-			t.Fatalf("step %d: %v", step, err)
-		}
-		if prevFile != nil {
-			if old, err := os.ReadFile(spare); err != nil || !bytes.Equal(old, prevFile) {
-				t.Fatalf("step %d: the spare does not hold the previous file (%v)", step, err)
-			}
-		}
-		// The spare holds the file of two writes ago; the store knows it from the third write on
-		// (the first makes the checkpoint, the second the spare), if that file was Prepared.
-		var wantKept int64
-		if step >= 3 && op != 15 {
-			wantKept = sharedPrefix(written[step-2], entries)
-		}
-		written = append(written, nil)
-		if op != 15 {
-			written[step] = entries
-		}
-		kept := log.last(t)
-		if kept != wantKept {
-			t.Fatalf("step %d (op %d): kept %d bytes of the spare, want %d", step, op, kept, wantKept)
-		}
-		if kept > commonPrefix(spareWant, want) {
-			t.Fatalf("step %d: kept %d bytes, but the spare and the new file share only %d", step, kept, commonPrefix(spareWant, want))
-		}
-		if kept > int64(len(want))/2 {
-			keptHalf++
-		}
-		spareWant, prevFile = prevFile, got
 	}
-	if keptHalf < 40 {
-		t.Errorf("%d of 400 writes kept more than half the file; the random changes should give over 40", keptHalf)
+	if patched < writes/2 {
+		t.Errorf("%d of %d writes patched the spare, want at least half", patched, writes)
 	}
-	t.Logf("%d of 400 writes kept more than half the file", keptHalf)
 }
 
-// TestPreparedWriteDistrustsAChangedFile: a write keeps nothing of a spare that something else
+// TestPreparedWriteDistrustsAChangedFile: a write does not patch a spare that something else
 // changed since this store wrote it (in place, at the same size, while it was the spare or
 // while it was still the checkpoint, putting its modification time back, or by putting
-// another file at its name), so the
-// checkpoint it makes is whole and exactly EncodePrepared's.
+// another file at its name): it writes it whole, so the checkpoint verifies.
 func TestPreparedWriteDistrustsAChangedFile(t *testing.T) {
 	flipByte := func(t *testing.T, path string) {
 		t.Helper()
@@ -248,19 +223,12 @@ func TestPreparedWriteDistrustsAChangedFile(t *testing.T) {
 				if err := s.WritePrepared(p); err != nil {
 					t.Fatal(err)
 				}
-				want, _ := EncodePrepared(p)
-				got, err := os.ReadFile(s.Path())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(got, want) {
-					t.Fatalf("write %d: the checkpoint differs from EncodePrepared's file at byte %d (kept %d)", write, commonPrefix(got, want), log.last(t))
-				}
-				switch kept := log.last(t); {
-				case write == 4 && tc.before != 0 && kept != 0:
-					t.Fatalf("write %d kept %d bytes of a changed file", write, kept)
-				case write == 4 && tc.before == 0 && kept == 0:
-					t.Fatalf("write %d kept nothing of the unchanged spare", write)
+				checkHolds(t, s.Path(), p, fmt.Sprintf("write %d", write))
+				switch patched := log.last(t); {
+				case write == 4 && tc.before != 0 && patched:
+					t.Fatalf("write %d patched a changed file", write)
+				case write == 4 && tc.before == 0 && !patched:
+					t.Fatalf("write %d wrote the unchanged spare whole", write)
 				}
 			}
 		})
@@ -284,4 +252,44 @@ func fineTimestamps(t *testing.T) bool {
 		t.Fatal(err)
 	}
 	return !after.ModTime().Equal(before.ModTime())
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSlottedChecksumAcrossBlocks writes a file of several checksum blocks, then lets entries
+// arrive (new slots past the last block, so new blocks), leave and be replaced anywhere, and
+// checks that every checkpoint verifies and holds what was written.
+func TestSlottedChecksumAcrossBlocks(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	pool := &entryPool{rng: rng}
+	s := newTestStore(t, StoreConfig{Dir: t.TempDir()})
+	entries := make([]*Entry, 4*blockSlots-3)
+	for i := range entries {
+		entries[i] = pool.entry()
+	}
+	reg := []*Registered{NewRegistered("example.com/gpu", []string{"gpu-0"})}
+	for step := range 60 {
+		switch op := rng.IntN(4); {
+		case op < 2:
+			entries = append(slices.Clone(entries), pool.entry())
+		case op < 3:
+			entries = slices.Clone(entries)
+			entries[rng.IntN(len(entries))] = pool.entry()
+		default:
+			i := rng.IntN(len(entries))
+			entries = slices.Delete(slices.Clone(entries), i, i+1)
+		}
+		p := &Prepared{Entries: entries, Registered: reg}
+		if err := s.WritePrepared(p); err != nil {
+			t.Fatal(err)
+		}
+		checkHolds(t, s.Path(), p, fmt.Sprintf("step %d", step))
+	}
 }
