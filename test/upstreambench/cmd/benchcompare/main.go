@@ -23,14 +23,6 @@
 // above the CPU count (a run that would be refused stops before measuring): other work
 // competing for the CPUs moves every figure. -loaded writes such a run's tables anyway,
 // headed "LOADED: not a quiet run".
-//
-// With -fastpaths, it measures instead what each hand-written fast path of kdm's checkpoint
-// package buys: it runs the kdm rows of the first module's binary once per round with every
-// fast path on and once with each path named turned off (through the binary's
-// UPSTREAMBENCH_FASTPATHS_OFF), and prints a table of the times and their changes; with -out,
-// the table goes between "<!-- fastpaths:begin -->" and "<!-- fastpaths:end -->":
-//
-//	go run ./cmd/benchcompare -fastpaths spare,delta,summed,whole -rounds 3 -out ../../docs/benchmarks.md
 package main
 
 import (
@@ -63,7 +55,6 @@ func run() error {
 	bench := flag.String("bench", ".", "go test -bench pattern")
 	out := flag.String("out", "", "Markdown file whose bench-compare section receives the tables")
 	modules := flag.String("modules", strings.Join(defaultModules(devicemanager.KubeletVersions()), ","), "comma-separated module directories whose benchmarks run, newest kubelet first; the first also measures kdm")
-	fastPaths := flag.String("fastpaths", "", "comma-separated fast paths to turn off one at a time, measuring kdm's rows instead of comparing (spare, delta, summed, whole, latersync)")
 	loaded := flag.Bool("loaded", false, "with -out, write the tables even when the 1-minute load average before or after the run is above the CPU count, marked \""+loadedMark+"\"")
 	flag.Parse()
 	if *roundsN < 1 {
@@ -86,9 +77,6 @@ func run() error {
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	dirs := strings.Split(*modules, ",")
-	if *fastPaths != "" {
-		dirs = dirs[:1]
-	}
 	var bins []testBinary
 	for i, dir := range dirs {
 		b, err := build(strings.TrimSpace(dir), filepath.Join(tmp, fmt.Sprintf("upstreambench-%d.test", i)))
@@ -96,14 +84,6 @@ func run() error {
 			return err
 		}
 		bins = append(bins, b)
-	}
-
-	if *fastPaths != "" {
-		pattern := *bench
-		if pattern == "." {
-			pattern = kdmRows
-		}
-		return measureFastPaths(bins[0], tmp, pattern, *benchtime, *roundsN, strings.Split(*fastPaths, ","), gate, loadBefore, *out)
 	}
 
 	started := time.Now().UTC()
@@ -146,83 +126,6 @@ func writeHeader(b *strings.Builder, started time.Time, loadBefore, loadAfter lo
 		started.Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.NumCPU(), runtime.Version(),
 		rounds, benchtime, time.Since(started).Round(time.Second))
 	fmt.Fprintf(b, "Load average (1, 5, 15 min): %s before, %s after.\n\n", loadBefore.text, loadAfter.text)
-}
-
-// kdmRows is the -bench pattern of -fastpaths: kdm's sub-benchmarks of every benchmark but
-// the floors.
-const kdmRows = `^Benchmark(Allocate|AllocateBeside|ListAndWatchUpdate|Restart|CheckpointEncode|CheckpointWrite|CheckpointEncodeChurn|CheckpointWriteChurn)$/./^kdm`
-
-// fastPathsEnv is the test binary's variable naming the fast paths it turns off
-// (upstreambench's FastPathsEnv).
-const fastPathsEnv = "UPSTREAMBENCH_FASTPATHS_OFF"
-
-// measureFastPaths measures what each of paths buys on bin's benchmarks matching bench. It
-// first runs them once to learn their names (not counted); then, in each round, it runs every
-// benchmark on its own, back to back, with every fast path on, with each of paths off, and
-// with every path on again (the control, whose change from the first is the noise), the
-// order of these variants rotating from round to round, so that a benchmark's variants see
-// the same machine. It prints the table (see fastPathTable).
-func measureFastPaths(bin testBinary, dir, bench, benchtime string, roundsN int, paths []string, gate loadGate, loadBefore load, out string) error {
-	started := time.Now().UTC()
-	first, err := bin.run(dir, bench, benchtime, "")
-	if err != nil {
-		return err
-	}
-	var names []string
-	for _, res := range first {
-		if res.skipped == "" {
-			names = append(names, res.name)
-		}
-	}
-	if len(names) == 0 {
-		return fmt.Errorf("no benchmark matched %q", bench)
-	}
-	variants := append(append([]string{""}, paths...), controlVariant)
-	rs := map[string]*rounds{}
-	for _, v := range variants {
-		rs[v] = newRounds()
-	}
-	for i := 0; i < roundsN; i++ {
-		byVariant := map[string][]result{}
-		for j, name := range names {
-			fmt.Fprintf(os.Stderr, "round %d of %d: %s\n", i+1, roundsN, name)
-			for k := range variants {
-				v := variants[(i+j+k)%len(variants)]
-				off := v
-				if v == controlVariant {
-					off = ""
-				}
-				results, err := bin.run(dir, exactly(name), benchtime, off)
-				if err != nil {
-					return fmt.Errorf("round %d, %s, %q off: %w", i+1, name, v, err)
-				}
-				byVariant[v] = append(byVariant[v], results...)
-			}
-		}
-		for _, v := range variants {
-			rs[v].add(byVariant[v])
-		}
-	}
-	loadAfter := gate.end()
-	var b strings.Builder
-	writeHeader(&b, started, loadBefore, loadAfter, roundsN, benchtime)
-	b.WriteString(fastPathTable(rs, paths))
-	return gate.publish(out, fastPathsBegin, fastPathsEnd, loadBefore, loadAfter, b.String())
-}
-
-// controlVariant is measureFastPaths' second run with every fast path on.
-const controlVariant = "on again"
-
-// exactly is the -bench pattern matching the benchmark name and nothing else.
-func exactly(name string) string {
-	parts := strings.Split(name, "/")
-	for i, p := range parts {
-		if i == 0 {
-			p = "Benchmark" + p
-		}
-		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
-	}
-	return strings.Join(parts, "/")
 }
 
 // testBinary is one module's benchmarks, compiled.
@@ -276,15 +179,11 @@ func build(dir, path string) (testBinary, error) {
 	return testBinary{module: dir, path: path, version: strings.TrimSpace(string(version))}, nil
 }
 
-// run runs the benchmarks matching bench once, in dir, with the fast paths named by off
-// turned off, and returns their results.
-func (t testBinary) run(dir, bench, benchtime, off string) ([]result, error) {
+// run runs the benchmarks matching bench once, in dir, and returns their results.
+func (t testBinary) run(dir, bench, benchtime string) ([]result, error) {
 	var stdout bytes.Buffer
 	cmd := command(t.path, "-test.run", "^$", "-test.bench", bench, "-test.benchtime", benchtime, "-test.count", "1", "-test.v")
 	cmd.Dir = dir // the benchmarks make their own directories; keep the module clean
-	if off != "" {
-		cmd.Env = append(os.Environ(), fastPathsEnv+"="+off)
-	}
 	cmd.Stdout = &stdout
 	if err := cmd.Run(); err != nil {
 		_, _ = os.Stderr.Write(stdout.Bytes())
@@ -322,13 +221,13 @@ func (t testBinary) runEach(dir, bench, benchtime string) ([]result, error) {
 	var all []result
 	floorsRun := false
 	for _, name := range names {
-		results, err := t.run(dir, "^"+regexp.QuoteMeta(name)+"$"+rest, benchtime, "")
+		results, err := t.run(dir, "^"+regexp.QuoteMeta(name)+"$"+rest, benchtime)
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, results...)
 		if pattern := floorPattern(results); hasFloor && pattern != "" {
-			floors, err := t.run(dir, pattern, benchtime, "")
+			floors, err := t.run(dir, pattern, benchtime)
 			if err != nil {
 				return nil, err
 			}
@@ -337,7 +236,7 @@ func (t testBinary) runEach(dir, bench, benchtime string) ([]result, error) {
 		}
 	}
 	if hasFloor && !floorsRun {
-		floors, err := t.run(dir, "^"+floorBenchmark+"$"+rest, benchtime, "")
+		floors, err := t.run(dir, "^"+floorBenchmark+"$"+rest, benchtime)
 		if err != nil {
 			return nil, err
 		}
@@ -398,10 +297,8 @@ func cpuModel() string {
 }
 
 const (
-	beginMarker    = "<!-- bench-compare:begin -->"
-	endMarker      = "<!-- bench-compare:end -->"
-	fastPathsBegin = "<!-- fastpaths:begin -->"
-	fastPathsEnd   = "<!-- fastpaths:end -->"
+	beginMarker = "<!-- bench-compare:begin -->"
+	endMarker   = "<!-- bench-compare:end -->"
 )
 
 // replaceSection puts section between path's lines begin and end, replacing what was there.

@@ -152,28 +152,6 @@ func TestFloorFor(t *testing.T) {
 	}
 }
 
-func TestFastPathTable(t *testing.T) {
-	rs := map[string]*rounds{"": newRounds(), "spare": newRounds(), "delta": newRounds(), controlVariant: newRounds()}
-	for _, ns := range []float64{100, 200} {
-		rs[""].add([]result{r("A/kdm", ns)})
-		rs["spare"].add([]result{r("A/kdm", ns*1.5)})
-		rs["delta"].add([]result{r("A/kdm", ns*1.02)})
-		rs[controlVariant].add([]result{r("A/kdm", ns*0.88)})
-	}
-	got := fastPathTable(rs, []string{"spare", "delta"})
-	want := "| A | 150 ns | **225 ns (+50%)** | 153 ns (+2%) | **132 ns (-12%)** |"
-	if !strings.Contains(got, want) {
-		t.Errorf("fastPathTable lacks %q:\n%s", want, got)
-	}
-}
-
-func TestExactly(t *testing.T) {
-	want := `^BenchmarkAllocate$/^pods=100,departs=newest$/^kdm,policy=kdm$`
-	if got := exactly("Allocate/pods=100,departs=newest/kdm,policy=kdm"); got != want {
-		t.Errorf("exactly = %s, want %s", got, want)
-	}
-}
-
 func TestAppendKubelets(t *testing.T) {
 	ks := appendKubelets(nil, []result{r("A/kubelet-1.37", 1), r("A/kdm", 1), r("B/kubelet-1.37", 1), r("Floor/rpc", 1)}, "v1.37.2")
 	ks = appendKubelets(ks, []result{r("A/kubelet-1.36", 1)}, "v1.36.3")

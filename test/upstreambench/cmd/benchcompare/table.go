@@ -332,35 +332,3 @@ func sig3(x float64) string {
 		return fmt.Sprintf("%.2f", x)
 	}
 }
-
-// fastPathTable writes, per kdm row, its time with every fast path on (rs[""]), with each of
-// paths off (rs[path]) and with every path on again (rs[controlVariant]): the median over the
-// rounds and the median of the per-round change from the first, in bold where it is 10% or
-// more either way. The control's change is the noise of that row.
-func fastPathTable(rs map[string]*rounds, paths []string) string {
-	var b strings.Builder
-	b.WriteString("| kdm row (time per op) | all on |")
-	for _, p := range paths {
-		fmt.Fprintf(&b, " %s off |", p)
-	}
-	b.WriteString(" all on again (noise) |\n|---|---:|" + strings.Repeat("---:|", len(paths)+1) + "\n")
-	on := rs[""]
-	for _, n := range on.names {
-		fmt.Fprintf(&b, "| %s | %s |", strings.TrimSuffix(n, "/kdm"), duration(on.series(n).summary().median))
-		for _, p := range append(slices.Clone(paths), controlVariant) {
-			cell := "–"
-			if off := rs[p]; off != nil {
-				if ch := ratiosOf(off.values[n], on.values[n]); len(ch) > 0 {
-					pct := (ch.summary().median - 1) * 100
-					cell = fmt.Sprintf("%s (%+.0f%%)", duration(off.series(n).summary().median), pct)
-					if math.Abs(pct) >= 10 {
-						cell = "**" + cell + "**"
-					}
-				}
-			}
-			fmt.Fprintf(&b, " %s |", cell)
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
-}
