@@ -232,7 +232,9 @@ func (r *Runner) pluginCmd(verb, name string, opts []string) ([]string, error) {
 		if p == nil || p.newest() == nil {
 			return nil, fmt.Errorf("plugin %q is not running", name)
 		}
-		p.stopAll()
+		if err := r.stopInOrder(p, r.resource(name)); err != nil {
+			return nil, err
+		}
 		if err := r.waitCapacity(r.resource(name), func(_, a int64) bool { return a <= 0 }); err != nil {
 			return nil, err
 		}

@@ -42,6 +42,15 @@ func (r *Runner) stopInstance(p *plugin, name, socket string) ([]string, error) 
 	if in == nil {
 		return nil, fmt.Errorf("plugin %q has no running instance on %s", name, socket)
 	}
+	if served == socket {
+		// The older connections to the socket (`plugin register-again`) end first, as the
+		// simulator takes them: see stopInOrder.
+		if n := in.inst.DropOlderStreams(); n > 0 {
+			if err := r.waitReplacedStreamsClosed(res, max(0, replaced-n)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	in.inst.DropStreams()
 	in.inst.Stop()
 	var err error

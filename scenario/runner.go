@@ -83,12 +83,41 @@ func (p *plugin) newest() *instance {
 	return &p.running[len(p.running)-1]
 }
 
-// stopAll stops every running instance of the plugin.
+// stopAll stops every running instance of the plugin, in no particular order (the manager is
+// down, or going).
 func (p *plugin) stopAll() {
 	for _, in := range p.running {
 		in.inst.Stop()
 	}
 	p.running = nil
+}
+
+// stopInOrder stops every running instance of the plugin that serves res. The manager sees the
+// streams end in the order the simulator (package explore) takes them, all at once: every
+// stream but the served one first (the other instances', and the older connections of the
+// served instance that `plugin register-again` leaves open), then the served one. Otherwise
+// which end the manager handled first would decide whether a replaced instance took over for
+// a moment (Policy.PromoteLiveInstance), an order nobody chooses.
+func (r *Runner) stopInOrder(p *plugin, res string) error {
+	served, _ := r.endpointOf(res)
+	var last *instance
+	for i := range p.running {
+		in := p.running[i]
+		if in.socket == served {
+			last = &in
+			continue
+		}
+		in.inst.DropStreams()
+		in.inst.Stop()
+	}
+	p.running = nil
+	if last == nil {
+		return nil
+	}
+	last.inst.DropOlderStreams()
+	err := r.waitReplacedStreamsClosed(res, 0)
+	last.inst.Stop()
+	return err
 }
 
 type pod struct {

@@ -59,6 +59,7 @@ type Plugin struct {
 	calls         Calls
 	registrations int
 	open          map[*openStream]struct{}
+	opened        uint64        // streams opened so far; each openStream keeps its number
 	exitErr       error         // why the plugin stopped itself, else nil
 	changed       chan struct{} // closed and replaced whenever a waited-for count changes
 }
@@ -66,7 +67,8 @@ type Plugin struct {
 // openStream is one ListAndWatch stream being served; cancel ends it.
 type openStream struct {
 	cancel  context.CancelFunc
-	dropped bool // guarded by Plugin.mu
+	seq     uint64 // the order in which the streams opened
+	dropped bool   // guarded by Plugin.mu
 }
 
 // New returns an unstarted double serving cfg, which must leave the three interceptors nil
@@ -149,6 +151,30 @@ func (p *Plugin) DropStreams() {
 		delete(p.open, st)
 	}
 	p.log.V(2).Info("Dropped every ListAndWatch stream")
+}
+
+// DropOlderStreams ends, as DropStreams does, every open ListAndWatch stream but the one
+// opened last (the stream of the plugin's latest registration), and returns how many it
+// ended.
+func (p *Plugin) DropOlderStreams() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var newest *openStream
+	for st := range p.open {
+		if newest == nil || st.seq > newest.seq {
+			newest = st
+		}
+	}
+	n := 0
+	for st := range p.open {
+		if st != newest {
+			st.dropped = true
+			st.cancel()
+			delete(p.open, st)
+			n++
+		}
+	}
+	return n
 }
 
 // OpenStreams is the number of ListAndWatch streams open right now (dropped ones excluded).
@@ -288,6 +314,8 @@ func (p *Plugin) interceptStream(srv any, ss grpc.ServerStream, _ *grpc.StreamSe
 	defer cancel()
 	st := &openStream{cancel: cancel}
 	p.mu.Lock()
+	p.opened++
+	st.seq = p.opened
 	if !p.stopping() {
 		p.calls.ListAndWatch++
 	}
