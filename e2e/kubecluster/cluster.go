@@ -42,6 +42,10 @@ type Options struct {
 	// NodeMonitorGracePeriod is the controller-manager's --node-monitor-grace-period; zero:
 	// DefaultNodeMonitorGracePeriod.
 	NodeMonitorGracePeriod time.Duration
+	// AuditLog makes the apiserver write one JSON line per finished request (audit level
+	// Metadata: who, verb, resource, user agent) to AuditLogPath, so that a test can attribute
+	// requests to the identity that made them.
+	AuditLog bool
 }
 
 // Cluster is a running etcd and kube-apiserver, and with Options.ControlPlane a
@@ -122,16 +126,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
-	c.api, err = startServer(opts.Dir, "kube-apiserver", opts.Binaries.APIServer,
-		"--etcd-servers="+clientURL,
+	apiArgs := []string{"--etcd-servers=" + clientURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[2]),
-		"--tls-cert-file="+pki.servingCert, "--tls-private-key-file="+pki.servingKey,
-		"--client-ca-file="+pki.caCert,
-		"--token-auth-file="+tokenFile,
+		"--secure-port=" + strconv.Itoa(ports[2]),
+		"--tls-cert-file=" + pki.servingCert, "--tls-private-key-file=" + pki.servingKey,
+		"--client-ca-file=" + pki.caCert,
+		"--token-auth-file=" + tokenFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+pki.saKey,
-		"--service-account-signing-key-file="+pki.saKey,
+		"--service-account-key-file=" + pki.saKey,
+		"--service-account-signing-key-file=" + pki.saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--endpoint-reconciler-type=none",
 		"--authorization-mode=Node,RBAC",
@@ -139,7 +142,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--disable-admission-plugins=ServiceAccount",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
-		"--v=1")
+		"--v=1"}
+	if opts.AuditLog {
+		flags, err := writeAuditPolicy(opts.Dir)
+		if err != nil {
+			return nil, err
+		}
+		apiArgs = append(apiArgs, flags...)
+	}
+	c.api, err = startServer(opts.Dir, "kube-apiserver", opts.Binaries.APIServer, apiArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -249,14 +260,19 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 // server is a started binary in its own process group, logging to a file.
 type server struct {
 	name string
+	bin  string
+	args []string
+	dir  string
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
 }
 
+// startServer starts bin in its own process group; its output is appended to <dir>/<name>.log,
+// so that a restarted server's log follows its predecessor's.
 func startServer(dir, name, bin string, args ...string) (*server, error) {
 	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +289,7 @@ func startServer(dir, name, bin string, args ...string) (*server, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	s := &server{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	s := &server{name: name, bin: bin, args: args, dir: dir, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		_ = f.Close()

@@ -1,0 +1,153 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Fault is one injected fault's outcome.
+type Fault struct {
+	Name string
+	// Recovered is how long from the fault's end until every node was Ready again (with a
+	// Lease renewed after it) and every pod Running; Settled adds the nothing-lost check.
+	Recovered, Settled time.Duration
+	// Evicted counts the workload's pods the controller evicted meanwhile.
+	Evicted int
+}
+
+// settleTimeout bounds each wait after a fault.
+func (f *Fleet) settleTimeout() time.Duration {
+	return 2*time.Minute + time.Duration(len(f.Nodes))*time.Second
+}
+
+// recover waits after a fault that ended at end for every node Ready (Lease renewed after end),
+// every pod Running and nothing lost, and fills in fault's durations.
+func (f *Fleet) recover(ctx context.Context, fault *Fault, end time.Time, before Snapshot) (Snapshot, error) {
+	if err := f.WaitNodesReady(ctx, f.Nodes, end); err != nil {
+		return nil, fmt.Errorf("%s: %w", fault.Name, err)
+	}
+	if _, err := f.WaitAllRunning(ctx, end, f.settleTimeout(), true); err != nil {
+		return nil, fmt.Errorf("%s: %w", fault.Name, err)
+	}
+	fault.Recovered = time.Since(end)
+	snap, err := f.CheckNothingLost(ctx, f.Nodes, before)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fault.Name, err)
+	}
+	fault.Settled = time.Since(end)
+	f.Logf("%s: every node Ready and every pod Running %.1fs after, nothing lost (%.1fs)", fault.Name, fault.Recovered.Seconds(), fault.Settled.Seconds())
+	return snap, nil
+}
+
+// RestartComponent restarts kubecluster.APIServer or kubecluster.Etcd under the running fleet.
+func (f *Fleet) RestartComponent(ctx context.Context, s *Sampler, component string, before Snapshot) (*Fault, Snapshot, error) {
+	fault := &Fault{Name: component + " restarted"}
+	end := s.Begin(fault.Name)
+	err := f.Cluster.Restart(ctx, component)
+	end()
+	if err != nil {
+		return nil, nil, err
+	}
+	snap, err := f.recover(ctx, fault, time.Now(), before)
+	return fault, snap, err
+}
+
+// KillNodes SIGKILLs a tenth of the nodes (at least one; never the isolated one), waits until
+// the node lifecycle controller marks them not ready and their pods are evicted and replaced
+// on the others, then boots them again: they must free the evicted pods' GPUs.
+func (f *Fleet) KillNodes(ctx context.Context, s *Sampler, before Snapshot) (*Fault, Snapshot, error) {
+	k := max(1, len(f.Nodes)/10)
+	victims := f.Nodes[:k]
+	fault := &Fault{Name: fmt.Sprintf("%d nodes killed", k)}
+	end := s.Begin(fault.Name)
+	onVictims := map[string]bool{}
+	dead := map[string]bool{}
+	for _, n := range victims {
+		n.Kill()
+		dead[n.Name] = true
+	}
+	for _, p := range f.Pods() {
+		if dead[p.Spec.NodeName] {
+			onVictims[p.Namespace+"/"+p.Name] = true
+		}
+	}
+	fault.Evicted = len(onVictims)
+	f.Logf("%s holding %d pods; waiting for NotReady and eviction", fault.Name, len(onVictims))
+	err := f.poll(ctx, "killed nodes NotReady", f.settleTimeout(), func() (bool, string, error) {
+		notReady := 0
+		for _, n := range victims {
+			node, err := f.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err == nil && !nodeReady(node) {
+				notReady++
+			}
+		}
+		return notReady == k, fmt.Sprintf("%d of %d NotReady", notReady, k), nil
+	})
+	if err == nil {
+		// The evicted pods are replaced on the live nodes; they stay Terminating until their
+		// node confirms.
+		_, err = f.WaitAllRunning(ctx, time.Now(), f.settleTimeout(), false)
+	}
+	if err != nil {
+		end()
+		return nil, nil, fmt.Errorf("%s: %w", fault.Name, err)
+	}
+	for _, n := range victims {
+		if err := n.Start(); err != nil {
+			end()
+			return nil, nil, errors.Join(fmt.Errorf("%s: booting %s again", fault.Name, n.Name), err)
+		}
+	}
+	end()
+	snap, err := f.recover(ctx, fault, time.Now(), before)
+	return fault, snap, err
+}
+
+// CutNode takes the isolated node off the network for d, checks meanwhile that it keeps its
+// pods' GPUs, and reconnects it.
+func (f *Fleet) CutNode(ctx context.Context, s *Sampler, d time.Duration, before Snapshot) (*Fault, Snapshot, error) {
+	n := f.Nodes[len(f.Nodes)-1]
+	if n.net == nil {
+		return nil, nil, errors.New("fleet: no isolated node (Options.IsolateNode)")
+	}
+	fault := &Fault{Name: fmt.Sprintf("%s cut off for %s", n.Name, d)}
+	for _, p := range f.Pods() {
+		if p.Spec.NodeName == n.Name {
+			fault.Evicted++
+		}
+	}
+	end := s.Begin(fault.Name)
+	if err := n.net.cut(true); err != nil {
+		end()
+		return nil, nil, err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	// Cut off, the node keeps every GPU it had given.
+	held, err := f.snapshot(ctx, []*Node{n})
+	if err == nil {
+		err = compare(held, before)
+	}
+	if err == nil {
+		for pod, a := range before {
+			if a.Node == n.Name && held[pod].Node != n.Name {
+				err = fmt.Errorf("%w: %s lost pod %s's GPUs while cut off", errLost, n.Name, pod)
+			}
+		}
+	}
+	if uerr := n.net.cut(false); uerr != nil {
+		err = errors.Join(err, uerr)
+	}
+	end()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", fault.Name, err)
+	}
+	snap, err := f.recover(ctx, fault, time.Now(), before)
+	return fault, snap, err
+}
