@@ -164,6 +164,9 @@ func apiBackoff(limit time.Duration) wait.Backoff {
 	return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: limit}
 }
 
+// periodJitter is the most, as a fraction of UpdateFrequency, added to each steady wait.
+const periodJitter = 0.04
+
 // maxRegisterBackoff caps the wait between registration attempts, as the kubelet's 7 s.
 const maxRegisterBackoff = 7 * time.Second
 
@@ -174,7 +177,8 @@ const maxRegisterBackoff = 7 * time.Second
 // with the Node it last read or wrote; after any failed call, and while the Node keeps the
 // not-ready taint, it reads the Node again. API errors are
 // logged and retried with exponential backoff: 200ms doubling up to maxRegisterBackoff while
-// registering and up to UpdateFrequency after, each with up to 10% jitter. Run returns nil
+// registering and up to UpdateFrequency after, each with up to 10% jitter. Steady syncs are
+// UpdateFrequency apart plus up to 4% jitter. Run returns nil
 // when ctx ends.
 func (p *Publisher) Run(ctx context.Context) error {
 	bo := apiBackoff(maxRegisterBackoff)
@@ -207,7 +211,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 			}
 		}
 		p.setErr(err)
-		delay := p.cfg.UpdateFrequency
+		// Up to 4% more, as the kubelet's status loop and Lease controller wait: nodes that
+		// started (or reconnected) together drift apart instead of calling in the same second.
+		delay := wait.Jitter(p.cfg.UpdateFrequency, periodJitter)
 		if err != nil {
 			// Whatever failed, read the Node afresh next time: someone may have changed it
 			// (the node lifecycle controller marks a silent node not ready).

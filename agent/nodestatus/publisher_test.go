@@ -176,7 +176,7 @@ func TestNodePublisherNotReadyTaintHint(t *testing.T) {
 	syncs := func() int { return api.Count("get nodes") }
 	tick := func() {
 		before := syncs()
-		clk.Step(DefaultUpdateFrequency)
+		clk.Step(maxPeriod)
 		apitest.Eventually(t, "a status sync", func() bool { return syncs() > before && clk.HasWaiters() })
 	}
 	for range 5 { // 50 s
@@ -263,7 +263,7 @@ func TestNodePublisherSteadyRequests(t *testing.T) {
 	}
 	tick := func() {
 		before := api.Count("update leases")
-		clk.Step(DefaultUpdateFrequency)
+		clk.Step(maxPeriod)
 		apitest.Eventually(t, "a lease renewal", func() bool { return api.Count("update leases") > before && clk.HasWaiters() })
 	}
 	tick() // the first renewal after registration
@@ -279,7 +279,7 @@ func TestNodePublisherSteadyRequests(t *testing.T) {
 	}
 
 	api.Fail("update", "leases", errors.New("apiserver restarting"))
-	clk.Step(DefaultUpdateFrequency)
+	clk.Step(maxPeriod)
 	apitest.Eventually(t, "the failed renewal", func() bool { return api.Count("update leases") > got["update leases"] })
 	api.Fail("update", "leases", nil)
 	apitest.Eventually(t, "the publisher to wait again", clk.HasWaiters)
@@ -287,4 +287,27 @@ func TestNodePublisherSteadyRequests(t *testing.T) {
 	apitest.Eventually(t, "the Node and the Lease read again", func() bool {
 		return api.Count("get nodes") > got["get nodes"] && api.Count("get leases") > got["get leases"]
 	})
+}
+
+// maxPeriod is past the longest jittered wait between steady syncs.
+const maxPeriod = DefaultUpdateFrequency * 105 / 100
+
+// TestNodePublisherPeriodJitter: steady syncs are UpdateFrequency apart plus up to 4%, as the
+// kubelet's, so that nodes started together do not call the apiserver in the same second
+// forever.
+func TestNodePublisherPeriodJitter(t *testing.T) {
+	api := apitest.NewFakeAPI()
+	clk := clocktesting.NewFakeClock(time.Now())
+	startPublisher(t, Config{Client: api, NodeName: "n1", Devices: newDevices()}, clk)
+	for range 3 {
+		before := api.Count("update leases")
+		clk.Step(DefaultUpdateFrequency)
+		// A sync due at exactly UpdateFrequency would have started by now; a jittered one waits.
+		time.Sleep(50 * time.Millisecond)
+		if got := api.Count("update leases"); got != before {
+			t.Fatalf("a renewal exactly %v after the last sync: the period has no jitter", DefaultUpdateFrequency)
+		}
+		clk.Step(maxPeriod - DefaultUpdateFrequency)
+		apitest.Eventually(t, "the jittered renewal", func() bool { return api.Count("update leases") > before && clk.HasWaiters() })
+	}
 }
