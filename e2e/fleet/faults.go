@@ -62,7 +62,7 @@ func (f *Fleet) RestartComponent(ctx context.Context, s *Sampler, component stri
 func (f *Fleet) KillNodes(ctx context.Context, s *Sampler, before Snapshot) (*Fault, Snapshot, error) {
 	k := max(1, len(f.Nodes)/10)
 	victims := f.Nodes[:k]
-	fault := &Fault{Name: fmt.Sprintf("%d nodes killed", k)}
+	fault := &Fault{Name: fmt.Sprintf("%d of %d nodes killed", k, len(f.Nodes))}
 	end := s.Begin(fault.Name)
 	onVictims := map[string]bool{}
 	dead := map[string]bool{}
@@ -87,6 +87,9 @@ func (f *Fleet) KillNodes(ctx context.Context, s *Sampler, before Snapshot) (*Fa
 		}
 		return notReady == k, fmt.Sprintf("%d of %d NotReady", notReady, k), nil
 	})
+	if err == nil {
+		err = f.waitEvicted(ctx, onVictims)
+	}
 	if err == nil {
 		// The evicted pods are replaced on the live nodes; they stay Terminating until their
 		// node confirms.
@@ -150,4 +153,17 @@ func (f *Fleet) CutNode(ctx context.Context, s *Sampler, d time.Duration, before
 	}
 	snap, err := f.recover(ctx, fault, time.Now(), before)
 	return fault, snap, err
+}
+
+// waitEvicted waits until each of the pods (namespace/name) is being deleted or gone.
+func (f *Fleet) waitEvicted(ctx context.Context, pods map[string]bool) error {
+	return f.poll(ctx, fmt.Sprintf("%d pods evicted", len(pods)), f.settleTimeout(), func() (bool, string, error) {
+		left := 0
+		for _, p := range f.Pods() {
+			if pods[p.Namespace+"/"+p.Name] && p.DeletionTimestamp == nil {
+				left++
+			}
+		}
+		return left == 0, fmt.Sprintf("%d not evicted yet", left), nil
+	})
 }

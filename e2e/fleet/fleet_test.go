@@ -48,7 +48,7 @@ func TestFleet(t *testing.T) {
 	// Over a window, a kubelet with its defaults renews its Lease once per 10 s, reads its Node
 	// from a watch and patches its status on change or every 5 minutes: per node, no more
 	// Lease requests than renewals fit in the window (one more at its edges), and at most one
-	// Node request.
+	// Node request (the periodic status patch).
 	renewals := KubeletLeaseRenewalsPerMinute*st.Window.Minutes() + 1
 	for node, c := range st.ByNode {
 		leases := c["GET leases"] + c["UPDATE leases"] + c["CREATE leases"]

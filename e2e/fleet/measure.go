@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Counts are request counts keyed by "VERB resource" (resource with /subresource).
@@ -117,8 +118,9 @@ func requestKey(verb, resource, sub string) string {
 
 // auditEvent is what the fleet reads of an audit event.
 type auditEvent struct {
-	Stage string `json:"stage"`
-	Verb  string `json:"verb"`
+	Stage string    `json:"stage"`
+	Time  time.Time `json:"stageTimestamp"`
+	Verb  string    `json:"verb"`
 	User  struct {
 		Username string `json:"username"`
 	} `json:"user"`
@@ -210,8 +212,8 @@ func readProc(pid int) (procStat, error) {
 	return procStat{cpu: (utime + stime) / clockTicks, rss: pages * float64(os.Getpagesize())}, nil
 }
 
-// loadAverage is the machine's load averages (1, 5, 15 minutes), as /proc/loadavg has them.
-func loadAverage() string {
+// LoadAverage is the machine's load averages (1, 5, 15 minutes), as /proc/loadavg has them.
+func LoadAverage() string {
 	raw, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "unknown"
@@ -221,4 +223,32 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// nodeRequestRate buckets the requests the nodes made (their own identities, as auditCounts
+// counts them) by second since t0, from the whole audit log.
+func nodeRequestRate(path string, t0, end time.Time) ([]point, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	buckets := make([]float64, int(end.Sub(t0).Seconds())+1)
+	for _, line := range bytes.Split(raw, []byte("\n")) {
+		var ev auditEvent
+		if json.Unmarshal(line, &ev) != nil || !strings.HasPrefix(ev.User.Username, "system:node:") {
+			continue
+		}
+		watch := ev.Verb == "watch"
+		if (watch && ev.Stage != "ResponseStarted") || (!watch && ev.Stage != "ResponseComplete") {
+			continue
+		}
+		if i := int(ev.Time.Sub(t0).Seconds()); i >= 0 && i < len(buckets) {
+			buckets[i]++
+		}
+	}
+	out := make([]point, len(buckets))
+	for i, v := range buckets {
+		out[i] = point{at: time.Duration(i) * time.Second, v: v}
+	}
+	return out, nil
 }

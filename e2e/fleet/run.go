@@ -8,19 +8,37 @@ import (
 	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
-// The kubelet's defaults a node's steady request rate is held to (pkg/kubelet/apis/config/
-// v1beta1/defaults.go and the node lease controller of k8s.io/component-helpers): every
-// nodeStatusUpdateFrequency (10 s) the kubelet reads its Node and renews its Lease with one
-// update from the Lease it last wrote, and it patches the Node's status only when the status
-// changed or nodeStatusReportFrequency (5 min) passed.
+// The kubelet's defaults a node's steady request rate is held to. Its configuration defaults
+// (pkg/kubelet/apis/config/v1beta1/defaults.go of k8s.io/kubernetes v1.37.2) set
+// nodeStatusUpdateFrequency to 10 s and nodeStatusReportFrequency to 5 minutes; its node
+// status loop (pkg/kubelet/kubelet_node_status.go) reads the Node from its informer's cache,
+// not from the apiserver, and patches the status only when it changed or the report frequency
+// passed; its Lease controller (k8s.io/component-helpers/apimachinery/lease) renews every
+// 10 s with one update built from the Lease it last wrote, reading it only when it has none.
 const (
-	KubeletNodeReadsPerMinute     = 6.0
 	KubeletLeaseRenewalsPerMinute = 6.0
 	KubeletStatusPatchesPerMinute = 0.2
 	// KubeletRequestsPerMinute is their sum: what one kubelet costs the apiserver at steady
-	// state, besides its watches.
-	KubeletRequestsPerMinute = KubeletNodeReadsPerMinute + KubeletLeaseRenewalsPerMinute + KubeletStatusPatchesPerMinute
+	// state, besides its watches (its pods, its Node, and more).
+	KubeletRequestsPerMinute = KubeletLeaseRenewalsPerMinute + KubeletStatusPatchesPerMinute
 )
+
+// MaxPods is the most single-GPU pods a fleet of n nodes runs: with allFaults, all but the
+// GPUs of the larger of the killed tenth of the nodes and the node that is cut off, so that
+// their pods fit on the others.
+func MaxPods(n int, allFaults bool) int {
+	total, killed := 0, 0
+	for i := range n {
+		total += GPUsOf(i)
+		if i < max(1, n/10) {
+			killed += GPUsOf(i)
+		}
+	}
+	if !allFaults {
+		return total
+	}
+	return total - max(killed, GPUsOf(n-1))
+}
 
 // RunConfig is one fleet run.
 type RunConfig struct {
@@ -44,6 +62,12 @@ type Result struct {
 	Faults     []*Fault
 	Samples    []Sample
 	Marks      []Mark
+	// NodeRate is the nodes' requests per second over the run, from the audit log.
+	NodeRate []point
+	// LoadBefore is the machine's load average before the run (LoadAverage).
+	LoadBefore string
+	// Version is the control plane's Kubernetes version.
+	Version string
 }
 
 // Run starts a fleet, creates the workload, measures the steady state, injects the faults
@@ -64,16 +88,17 @@ func Run(ctx context.Context, cfg RunConfig) (res *Result, err error) {
 			}
 		}
 	}()
-	res = &Result{Nodes: len(f.Nodes), GPUs: f.GPUs(), Pods: cfg.Pods}
-	if cfg.Pods > res.GPUs {
-		return nil, fmt.Errorf("fleet: %d pods do not fit on %d GPUs", cfg.Pods, res.GPUs)
+	res = &Result{Nodes: len(f.Nodes), GPUs: f.GPUs(), Pods: cfg.Pods, Version: kubecluster.KubernetesVersion}
+	if limit := MaxPods(len(f.Nodes), cfg.AllFaults); cfg.Pods > limit || cfg.Pods < 1 {
+		return nil, fmt.Errorf("fleet: %d pods: want 1 to %d for %d nodes (with every fault, the pods of the failed nodes must fit on the others)", cfg.Pods, limit, len(f.Nodes))
 	}
 	created := time.Now()
 	if err := f.CreateWorkload(ctx, cfg.Pods); err != nil {
 		return nil, err
 	}
 	s := f.StartSampler(ctx)
-	defer func() { res.Samples, res.Marks = s.Stop() }()
+	result := res
+	defer func() { result.Samples, result.Marks = s.Stop() }()
 	if res.AllRunning, err = f.WaitAllRunning(ctx, created, f.settleTimeout()+time.Duration(cfg.Pods)*100*time.Millisecond, true); err != nil {
 		return nil, err
 	}
@@ -112,5 +137,6 @@ func Run(ctx context.Context, cfg RunConfig) (res *Result, err error) {
 		snap = next
 		time.Sleep(5 * time.Second) // a gap on the timeline between faults
 	}
-	return res, nil
+	res.NodeRate, err = nodeRequestRate(f.Cluster.AuditLogPath(), s.t0, time.Now())
+	return res, err
 }

@@ -24,6 +24,8 @@ type Steady struct {
 	// (the nodes, the scheduler, the controller-manager and the fleet's own scrapes); Audit is
 	// the audit log's count for every identity, the cross-check.
 	Metric, Audit Counts
+	// AuditByUser is the audit log's requests per minute by identity, the nodes together.
+	AuditByUser Counts
 	// WatchesPerNode are the watches open per node at the window's end by resource, from the
 	// audit log (started and not ended); Watches is apiserver_longrunning_requests{verb=
 	// "WATCH"}'s rise since before any node joined (every client, the fleet's own watch too).
@@ -78,12 +80,17 @@ func (f *Fleet) MeasureSteady(ctx context.Context, window time.Duration) (*Stead
 	}
 	perMin := 1 / elapsed.Minutes()
 	st := &Steady{Window: elapsed, Nodes: len(f.Nodes), PerNode: Counts{}, Audit: Counts{}, Metric: Counts{},
-		ByNode: map[string]Counts{}, WatchesPerNode: Counts{}}
+		ByNode: map[string]Counts{}, WatchesPerNode: Counts{}, AuditByUser: Counts{}}
 	for k, v := range m1.requests.minus(m0.requests) {
 		st.Metric[k] = v * perMin
 	}
 	for user, counts := range byUser {
 		node := strings.HasPrefix(user, "system:node:")
+		who := user
+		if node {
+			who = "the nodes"
+		}
+		st.AuditByUser[who] += counts.Total() * perMin
 		for k, v := range counts {
 			st.Audit[k] += v * perMin
 			if node {
@@ -119,7 +126,7 @@ func (f *Fleet) MeasureSteady(ctx context.Context, window time.Duration) (*Stead
 	st.APIServerRSS = p1[kubecluster.APIServer].rss
 	st.EtcdCPU = (p1[kubecluster.Etcd].cpu - p0[kubecluster.Etcd].cpu) / secs
 	st.EtcdRSS = p1[kubecluster.Etcd].rss
-	st.Load = loadAverage()
+	st.Load = LoadAverage()
 	return st, nil
 }
 
