@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Fault is one injected fault's outcome.
@@ -15,8 +17,12 @@ type Fault struct {
 	// Recovered is how long from the fault's end until every node was Ready again (with a
 	// Lease renewed after it) and every pod Running; Settled adds the nothing-lost check.
 	Recovered, Settled time.Duration
-	// Evicted counts the workload's pods the controller evicted meanwhile.
+	// Evicted counts the workload's pods on the failed nodes.
 	Evicted int
+	// JobsBackingOff counts the Jobs short of pods when the fault settled: the Job controller
+	// re-creates a Job's failed (here: evicted) pods only after a delay that starts at 10 s
+	// and doubles with each failure since the Job's last success, up to 10 minutes.
+	JobsBackingOff int
 }
 
 // settleTimeout bounds each wait after a fault.
@@ -30,7 +36,7 @@ func (f *Fleet) recover(ctx context.Context, fault *Fault, end time.Time, before
 	if err := f.WaitNodesReady(ctx, f.Nodes, end); err != nil {
 		return nil, fmt.Errorf("%s: %w", fault.Name, err)
 	}
-	if _, err := f.WaitAllRunning(ctx, end, f.settleTimeout(), true); err != nil {
+	if err := f.waitSettled(ctx, fault); err != nil {
 		return nil, fmt.Errorf("%s: %w", fault.Name, err)
 	}
 	fault.Recovered = time.Since(end)
@@ -165,5 +171,43 @@ func (f *Fleet) waitEvicted(ctx context.Context, pods map[string]bool) error {
 			}
 		}
 		return left == 0, fmt.Sprintf("%d not evicted yet", left), nil
+	})
+}
+
+// waitSettled waits until every pod of the workload is Running and none is Pending or being
+// deleted, every Deployment has all its replicas available, and every Job has all its pods
+// active or has failed pods: the Job controller's backoff delays their replacements (counted in
+// fault.JobsBackingOff).
+func (f *Fleet) waitSettled(ctx context.Context, fault *Fault) error {
+	return f.poll(ctx, "the workload settled", f.settleTimeout(), func() (bool, string, error) {
+		for _, p := range f.Pods() {
+			if p.Status.Phase != v1.PodRunning || p.DeletionTimestamp != nil {
+				return false, describe(p), nil
+			}
+		}
+		ds, err := f.Admin.AppsV1().Deployments(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, d := range ds.Items {
+			if d.Status.AvailableReplicas != *d.Spec.Replicas || d.Status.Replicas != *d.Spec.Replicas {
+				return false, fmt.Sprintf("Deployment %s: %d of %d available", d.Name, d.Status.AvailableReplicas, *d.Spec.Replicas), nil
+			}
+		}
+		js, err := f.Admin.BatchV1().Jobs(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		fault.JobsBackingOff = 0
+		for _, j := range js.Items {
+			if j.Status.Active == *j.Spec.Parallelism {
+				continue
+			}
+			if j.Status.Failed == 0 || ptr.Deref(j.Status.Terminating, 0) > 0 {
+				return false, fmt.Sprintf("Job %s: %d of %d active", j.Name, j.Status.Active, *j.Spec.Parallelism), nil
+			}
+			fault.JobsBackingOff++
+		}
+		return true, "", nil
 	})
 }

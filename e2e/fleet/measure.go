@@ -181,11 +181,12 @@ func auditCounts(path string, offset int64) (requests, watches map[string]Counts
 	}
 }
 
-// procStat is a process's CPU time so far (user + system, seconds) and resident memory (bytes),
-// from /proc.
+// procStat is a process's CPU time so far (user + system, seconds), resident memory and the
+// part of it no other process shares (bytes: what one more such process costs), from /proc.
 type procStat struct {
-	cpu float64
-	rss float64
+	cpu     float64
+	rss     float64
+	private float64
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux ABI Go runs on.
@@ -209,7 +210,32 @@ func readProc(pid int) (procStat, error) {
 	utime, _ := strconv.ParseFloat(fields[11], 64)
 	stime, _ := strconv.ParseFloat(fields[12], 64)
 	pages, _ := strconv.ParseFloat(fields[21], 64)
-	return procStat{cpu: (utime + stime) / clockTicks, rss: pages * float64(os.Getpagesize())}, nil
+	private, err := privateBytes(pid)
+	if err != nil {
+		return procStat{}, err
+	}
+	return procStat{cpu: (utime + stime) / clockTicks, rss: pages * float64(os.Getpagesize()), private: private}, nil
+}
+
+// privateBytes sums Private_Clean and Private_Dirty of /proc/<pid>/smaps_rollup: the resident
+// pages only this process maps (the binary's text, shared by every kdm, is not among them).
+func privateBytes(pid int) (float64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && (f[0] == "Private_Clean:" || f[0] == "Private_Dirty:") && f[2] == "kB" {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/smaps_rollup: %q: %w", pid, line, err)
+			}
+			total += kb * 1024
+		}
+	}
+	return total, nil
 }
 
 // LoadAverage is the machine's load averages (1, 5, 15 minutes), as /proc/loadavg has them.

@@ -94,12 +94,16 @@ func Figures(res *Result) string {
 		st.Metric.Total(), top(st.Metric, 5), st.Audit.Total(), countsText(st.AuditByUser, "%.0f"))
 	mib := func(v float64) float64 { return v / (1 << 20) }
 	p("| process | CPU (millicores) | RSS (MiB) |\n|---|---:|---:|\n")
-	p("| kdm, per node (average / busiest) | %.1f / %.1f | %.1f / %.1f |\n", 1000*st.KDMCPU, 1000*st.KDMCPUMax, mib(st.KDMRSS), mib(st.KDMRSSMax))
+	p("| kdm, per node (average / busiest) | %.1f / %.1f | %.1f / %.1f (%.1f of it its own, the rest the binary's pages every kdm shares) |\n",
+		1000*st.KDMCPU, 1000*st.KDMCPUMax, mib(st.KDMRSS), mib(st.KDMRSSMax), mib(st.KDMPrivate))
 	p("| kube-apiserver (all / per node) | %.0f / %.1f | %.0f / %.1f |\n", 1000*st.APIServerCPU, 1000*st.APIServerCPU/float64(res.Nodes), mib(st.APIServerRSS), mib(st.APIServerRSS)/float64(res.Nodes))
 	p("| etcd (all / per node) | %.0f / %.1f | %.0f / %.1f |\n\n", 1000*st.EtcdCPU, 1000*st.EtcdCPU/float64(res.Nodes), mib(st.EtcdRSS), mib(st.EtcdRSS)/float64(res.Nodes))
-	p("| fault | pods on the failed nodes | every node Ready, every pod Running after | nothing lost checked after |\n|---|---:|---:|---:|\n")
+	p("| fault | pods on the failed nodes | every node Ready, every pod Running after | nothing lost checked after | Jobs in the Job controller's backoff then |\n|---|---:|---:|---:|---:|\n")
 	for _, f := range res.Faults {
-		p("| %s | %d | %.1f s | %.1f s |\n", f.Name, f.Evicted, f.Recovered.Seconds(), f.Settled.Seconds())
+		p("| %s | %d | %.1f s | %.1f s | %d |\n", f.Name, f.Evicted, f.Recovered.Seconds(), f.Settled.Seconds(), f.JobsBackingOff)
+	}
+	for _, sk := range res.Skipped {
+		p("| not run: %s | | | | |\n", sk)
 	}
 	p("\nThe nodes' requests per second: %.1f at most in a second of the steady window, %s.\n", peakIn(res.NodeRate, res.Marks, "steady window", 0), faultPeaks(res))
 	p("\n")

@@ -64,6 +64,8 @@ type Result struct {
 	Marks      []Mark
 	// NodeRate is the nodes' requests per second over the run, from the audit log.
 	NodeRate []point
+	// Skipped names the faults this run could not inject, and why.
+	Skipped []string
 	// LoadBefore is the machine's load average before the run (LoadAverage).
 	LoadBefore string
 	// Version is the control plane's Kubernetes version.
@@ -79,6 +81,9 @@ func Run(ctx context.Context, cfg RunConfig) (res *Result, err error) {
 	}
 	defer f.Stop()
 	defer func() {
+		if err != nil && f.factory != nil {
+			err = fmt.Errorf("%w\nworkload: %s", err, f.workloadState(context.Background()))
+		}
 		if err != nil {
 			for _, n := range f.Nodes {
 				if n.KDMPID() != 0 {
@@ -126,6 +131,8 @@ func Run(ctx context.Context, cfg RunConfig) (res *Result, err error) {
 			func() (*Fault, Snapshot, error) { return f.KillNodes(ctx, s, snap) })
 		if cfg.IsolateNode {
 			steps = append(steps, func() (*Fault, Snapshot, error) { return f.CutNode(ctx, s, cfg.CutFor, snap) })
+		} else {
+			res.Skipped = append(res.Skipped, "a node cut off from the apiserver (it needs its own network namespace: run as root)")
 		}
 	}
 	for _, step := range steps {

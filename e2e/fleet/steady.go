@@ -34,6 +34,8 @@ type Steady struct {
 	// KDM is per kdm process: CPU (cores, average and busiest) and RSS (bytes, average and
 	// largest) at the window's end.
 	KDMCPU, KDMCPUMax, KDMRSS, KDMRSSMax float64
+	// KDMPrivate is the average kdm's resident memory no other process shares, in bytes.
+	KDMPrivate float64
 	// APIServer and Etcd: CPU in cores and RSS in bytes at the window's end.
 	APIServerCPU, APIServerRSS, EtcdCPU, EtcdRSS float64
 	// Load is the machine's one-minute load average at the window's end.
@@ -121,6 +123,7 @@ func (f *Fleet) MeasureSteady(ctx context.Context, window time.Duration) (*Stead
 		st.KDMCPUMax = max(st.KDMCPUMax, cpu)
 		st.KDMRSS += b.rss / float64(len(f.Nodes))
 		st.KDMRSSMax = max(st.KDMRSSMax, b.rss)
+		st.KDMPrivate += b.private / float64(len(f.Nodes))
 	}
 	st.APIServerCPU = (p1[kubecluster.APIServer].cpu - p0[kubecluster.APIServer].cpu) / secs
 	st.APIServerRSS = p1[kubecluster.APIServer].rss

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -139,4 +140,26 @@ func describe(p *v1.Pod) string {
 		s += " " + p.Status.Reason + ": " + p.Status.Message
 	}
 	return s
+}
+
+// workloadState describes the Deployments and Jobs that do not have all their pods, for a
+// failure message.
+func (f *Fleet) workloadState(ctx context.Context) string {
+	var parts []string
+	if ds, err := f.Admin.AppsV1().Deployments(Namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, d := range ds.Items {
+			if d.Status.AvailableReplicas != *d.Spec.Replicas {
+				parts = append(parts, fmt.Sprintf("Deployment %s: %d of %d available", d.Name, d.Status.AvailableReplicas, *d.Spec.Replicas))
+			}
+		}
+	}
+	if js, err := f.Admin.BatchV1().Jobs(Namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, j := range js.Items {
+			if j.Status.Active != *j.Spec.Parallelism {
+				parts = append(parts, fmt.Sprintf("Job %s: active %d succeeded %d failed %d terminating %d conditions %v",
+					j.Name, j.Status.Active, j.Status.Succeeded, j.Status.Failed, ptr.Deref(j.Status.Terminating, 0), j.Status.Conditions))
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
 }
