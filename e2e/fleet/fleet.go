@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/kdm-project/kdm/e2e/kubecluster"
+	"github.com/kdm-project/kdm/internal/testbin"
 )
 
 // GPUResource is the resource the nodes' plugins advertise.
@@ -231,16 +231,24 @@ func (f *Fleet) poll(ctx context.Context, what string, timeout time.Duration, co
 	}
 }
 
-// BuildBinaries builds kdm and kdm-nvml-plugin of the module at moduleRoot into dir and
-// returns their paths.
-func BuildBinaries(ctx context.Context, moduleRoot, dir string) (kdm, plugin string, err error) {
-	for _, c := range []string{"kdm", "kdm-nvml-plugin"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
-		cmd.Dir = moduleRoot
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return "", "", fmt.Errorf("building %s: %w", c, err)
+// Binaries are the built kdm and kdm-nvml-plugin, in Dir, which the caller removes.
+type Binaries struct {
+	Dir, KDM, Plugin string
+}
+
+// BuildBinaries builds kdm and kdm-nvml-plugin of the module whose root is moduleRoot (relative
+// to the working directory, or absolute) into a new temporary directory.
+func BuildBinaries(moduleRoot string) (Binaries, error) {
+	pkg := func(c string) string {
+		p := filepath.ToSlash(filepath.Join(moduleRoot, "cmd", c))
+		if !strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "../") {
+			p = "./" + p // a path, not an import path
 		}
+		return p
 	}
-	return filepath.Join(dir, "kdm"), filepath.Join(dir, "kdm-nvml-plugin"), nil
+	dir, err := testbin.Build("kdm-fleet-bin", map[string]string{"kdm": pkg("kdm"), "kdm-nvml-plugin": pkg("kdm-nvml-plugin")})
+	if err != nil {
+		return Binaries{}, err
+	}
+	return Binaries{Dir: dir, KDM: filepath.Join(dir, "kdm"), Plugin: filepath.Join(dir, "kdm-nvml-plugin")}, nil
 }

@@ -25,17 +25,13 @@ func TestFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	kdm, plugin, err := BuildBinaries(ctx, filepath.Join("..", ".."), dir)
+	built, err := BuildBinaries(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusterDir := filepath.Join(dir, "fleet")
-	if err := os.Mkdir(clusterDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = os.RemoveAll(built.Dir) })
 	res, err := Run(ctx, RunConfig{
-		Options: Options{Nodes: 5, KubeBins: bins, KDM: kdm, Plugin: plugin, Dir: clusterDir, Log: testWriter{t}},
+		Options: Options{Nodes: 5, KubeBins: bins, KDM: built.KDM, Plugin: built.Plugin, Dir: t.TempDir(), Log: testWriter{t}},
 		Pods:    40, SteadyWindow: 40 * time.Second,
 	})
 	if err != nil {
@@ -54,8 +50,8 @@ func TestFleet(t *testing.T) {
 		leases := c["GET leases"] + c["UPDATE leases"] + c["CREATE leases"]
 		nodes := c["GET nodes"] + c["PATCH nodes/status"] + c["PATCH nodes"]
 		if leases*st.Window.Minutes() > renewals || nodes*st.Window.Minutes() > 1 || c.Total()*st.Window.Minutes() > renewals+1 {
-			t.Errorf("%s made %v requests per minute over %s; a kubelet with its defaults makes at most %.0f Lease and 1 Node request in that window",
-				node, c, st.Window.Round(time.Second), renewals)
+			t.Errorf("%s made %s requests per minute over %s; a kubelet with its defaults makes at most %.0f Lease and 1 Node request in that window",
+				node, countsText(c, "%.1f"), st.Window.Round(time.Second), renewals)
 		}
 	}
 	if len(st.ByNode) != 5 {

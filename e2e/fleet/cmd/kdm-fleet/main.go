@@ -45,22 +45,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "kdm-fleet")
+	built, err := fleet.BuildBinaries(*root)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	kdm, plugin, err := fleet.BuildBinaries(ctx, *root, dir)
+	defer func() { _ = os.RemoveAll(built.Dir) }()
+	clusterDir, err := os.MkdirTemp("", "kdm-fleet")
 	if err != nil {
 		return err
 	}
-	clusterDir := filepath.Join(dir, "cluster")
-	if err := os.Mkdir(clusterDir, 0o750); err != nil {
-		return err
-	}
+	defer func() { _ = os.RemoveAll(clusterDir) }()
 	load := fleet.LoadAverage()
 	res, err := fleet.Run(ctx, fleet.RunConfig{
-		Options: fleet.Options{Nodes: *nodes, KubeBins: bins, KDM: kdm, Plugin: plugin, Dir: clusterDir,
+		Options: fleet.Options{Nodes: *nodes, KubeBins: bins, KDM: built.KDM, Plugin: built.Plugin, Dir: clusterDir,
 			IsolateNode: os.Geteuid() == 0, Log: os.Stderr},
 		Pods: *pods, SteadyWindow: *steady, AllFaults: true, CutFor: *cut,
 	})
