@@ -10,6 +10,8 @@ func TestMaxPods(t *testing.T) {
 		allFaults bool
 		want      int
 	}{
+		{0, true, 0},
+		{-1, false, 0},
 		{1, false, 8},
 		{5, false, 56},    // 8+12+16+8+12
 		{5, true, 44},     // less the cut-off node 4's 12, more than the killed node 0's 8

@@ -23,10 +23,13 @@ const (
 	KubeletRequestsPerMinute = KubeletLeaseRenewalsPerMinute + KubeletStatusPatchesPerMinute
 )
 
-// MaxPods is the most single-GPU pods a fleet of n nodes runs: with allFaults, all but the
+// MaxPods is the most single-GPU pods a fleet of n nodes runs (none without nodes): with allFaults, all but the
 // GPUs of the larger of the killed tenth of the nodes and the node that is cut off, so that
 // their pods fit on the others.
 func MaxPods(n int, allFaults bool) int {
+	if n < 1 {
+		return 0
+	}
 	total, killed := 0, 0
 	for i := range n {
 		total += GPUsOf(i)

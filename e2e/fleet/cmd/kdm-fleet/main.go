@@ -34,6 +34,10 @@ func run() error {
 	out := flag.String("out", "docs", "directory of fleet.md, whose generated section is replaced, and of the SVGs (fleet-*.svg)")
 	root := flag.String("module", ".", "the kdm module's root")
 	flag.Parse()
+	if *nodes < 1 || *pods < 0 || *steady <= 0 || *cut <= 0 {
+		return fmt.Errorf("--nodes must be at least 1 (got %d), --pods not negative (got %d), --steady and --cut positive (got %s and %s)",
+			*nodes, *pods, *steady, *cut)
+	}
 	if *pods == 0 {
 		*pods = min(10**nodes, fleet.MaxPods(*nodes, true))
 	}
