@@ -4,15 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/kdm-project/kdm/e2e/kubecluster"
 )
 
 // Node is one kdm agent and its GPU plugin, each a real process, with its own directories.
@@ -27,8 +27,8 @@ type Node struct {
 	rootDir    string
 	kubeconfig string
 	net        *netns // nil unless the node runs in its own network namespace
-	kdm        *proc
-	plugin     *proc
+	kdm        *kubecluster.Process
+	plugin     *kubecluster.Process
 }
 
 func newNode(f *Fleet, i int, name string, isolate bool) (*Node, error) {
@@ -66,9 +66,9 @@ func (n *Node) Start() error {
 
 // Kill SIGKILLs kdm and the plugin, as a node that loses power.
 func (n *Node) Kill() {
-	for _, p := range []*proc{n.kdm, n.plugin} {
+	for _, p := range []*kubecluster.Process{n.kdm, n.plugin} {
 		if p != nil {
-			p.kill()
+			p.Kill()
 		}
 	}
 }
@@ -82,10 +82,10 @@ func (n *Node) Close() {
 
 // KDMPID is the running kdm's process ID, or 0.
 func (n *Node) KDMPID() int {
-	if n.kdm == nil || n.kdm.exited() {
+	if n.kdm == nil || n.kdm.Exited() {
 		return 0
 	}
-	return n.kdm.cmd.Process.Pid
+	return n.kdm.PID()
 }
 
 // Log returns the tail of kdm's log.
@@ -93,7 +93,7 @@ func (n *Node) Log(max int) string {
 	if n.kdm == nil {
 		return ""
 	}
-	b, _ := os.ReadFile(n.kdm.log)
+	b, _ := os.ReadFile(n.kdm.LogPath())
 	if len(b) > max {
 		b = b[len(b)-max:]
 	}
@@ -128,53 +128,16 @@ func (n *Node) PodResources(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// proc is a started binary in its own process group, logging to a file.
-type proc struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func (n *Node) startProc(name, bin string, args ...string) (*proc, error) {
-	logPath := filepath.Join(n.dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
+// startProc starts a node's binary, inside the node's network namespace when it has one; its
+// log is <node dir>/<name>.log.
+func (n *Node) startProc(name, bin string, args ...string) (*kubecluster.Process, error) {
 	if n.net != nil {
 		args = append([]string{"netns", "exec", n.net.name, bin}, args...)
 		bin = "ip"
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("%s: starting %s: %w", n.Name, name, err)
+	p, err := kubecluster.StartProcess(n.dir, name, bin, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", n.Name, err)
 	}
-	p := &proc{cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		_ = f.Close()
-		close(p.done)
-	}()
 	return p, nil
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill SIGKILLs the process group and waits for the exit.
-func (p *proc) kill() {
-	if p.exited() {
-		return
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
 }

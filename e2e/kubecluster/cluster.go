@@ -9,11 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -56,10 +54,10 @@ type Cluster struct {
 	dir  string
 	ca   []byte
 	tok  map[string]string // user → bearer token
-	etcd *server
-	api  *server
+	etcd *Process
+	api  *Process
 	// scheduler and controllerManager run with Options.ControlPlane.
-	scheduler, controllerManager *server
+	scheduler, controllerManager *Process
 }
 
 // AdminUser is the identity in system:masters that tests use to create pods.
@@ -115,7 +113,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	c.etcd, err = startServer(opts.Dir, "etcd", opts.Binaries.Etcd,
+	c.etcd, err = StartProcess(opts.Dir, "etcd", opts.Binaries.Etcd,
 		"--name=kdm-test",
 		"--data-dir="+filepath.Join(opts.Dir, "etcd-data"),
 		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
@@ -150,7 +148,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 		apiArgs = append(apiArgs, flags...)
 	}
-	c.api, err = startServer(opts.Dir, "kube-apiserver", opts.Binaries.APIServer, apiArgs...)
+	c.api, err = StartProcess(opts.Dir, "kube-apiserver", opts.Binaries.APIServer, apiArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -168,9 +166,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 // Stop terminates the controller-manager, the scheduler, the apiserver, then etcd: SIGTERM,
 // then SIGKILL after five seconds.
 func (c *Cluster) Stop() {
-	for _, s := range []*server{c.controllerManager, c.scheduler, c.api, c.etcd} {
+	for _, s := range []*Process{c.controllerManager, c.scheduler, c.api, c.etcd} {
 		if s != nil {
-			s.stop()
+			s.Stop()
 		}
 	}
 }
@@ -178,7 +176,7 @@ func (c *Cluster) Stop() {
 // Logs returns the tail of every server's log, for a failing test to print.
 func (c *Cluster) Logs(n int) string {
 	var b strings.Builder
-	for _, s := range []*server{c.etcd, c.api, c.scheduler, c.controllerManager} {
+	for _, s := range []*Process{c.etcd, c.api, c.scheduler, c.controllerManager} {
 		if s == nil {
 			continue
 		}
@@ -241,8 +239,8 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 				return nil
 			}
 		}
-		for _, s := range []*server{c.etcd, c.api} {
-			if s.exited() {
+		for _, s := range []*Process{c.etcd, c.api} {
+			if s.Exited() {
 				return fmt.Errorf("%s exited before the cluster was ready:\n%s", s.name, c.Logs(4000))
 			}
 		}
@@ -254,69 +252,6 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-	}
-}
-
-// server is a started binary in its own process group, logging to a file.
-type server struct {
-	name string
-	bin  string
-	args []string
-	dir  string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-// startServer starts bin in its own process group; its output is appended to <dir>/<name>.log,
-// so that a restarted server's log follows its predecessor's.
-func startServer(dir, name, bin string, args ...string) (*server, error) {
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// etcd reads every ETCD_* variable as a flag; the test's environment must not leak in.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ETCD_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	s := &server{name: name, bin: bin, args: args, dir: dir, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		_ = f.Close()
-		close(s.done)
-	}()
-	return s, nil
-}
-
-func (s *server) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *server) stop() {
-	if s.exited() {
-		return
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.done
 	}
 }
 

@@ -16,8 +16,8 @@ const (
 	ControllerManager = "kube-controller-manager"
 )
 
-func (c *Cluster) component(name string) (*server, error) {
-	s := map[string]*server{Etcd: c.etcd, APIServer: c.api, Scheduler: c.scheduler, ControllerManager: c.controllerManager}[name]
+func (c *Cluster) component(name string) (*Process, error) {
+	s := map[string]*Process{Etcd: c.etcd, APIServer: c.api, Scheduler: c.scheduler, ControllerManager: c.controllerManager}[name]
 	if s == nil {
 		return nil, fmt.Errorf("kubecluster: no running component %q", name)
 	}
@@ -31,7 +31,7 @@ func (c *Cluster) PID(name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return s.cmd.Process.Pid, nil
+	return s.PID(), nil
 }
 
 // Restart stops a component (SIGTERM, SIGKILL after five seconds) and starts it again with the
@@ -43,8 +43,8 @@ func (c *Cluster) Restart(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	s.stop()
-	again, err := startServer(s.dir, s.name, s.bin, s.args...)
+	s.Stop()
+	again, err := StartProcess(s.dir, s.name, s.bin, s.args...)
 	if err != nil {
 		return err
 	}
