@@ -162,13 +162,15 @@ func (f *Fleet) Stop() {
 
 // WaitNodesReady waits until each of the nodes is Ready, publishes its GPUs as capacity and
 // allocatable, and (when since is not zero) has renewed its Lease after since: it has
-// reconnected. The wait is bounded by a minute plus a second per node.
+// reconnected. The wait is bounded by two minutes plus a second per node: a node whose link
+// came back may first wait out TCP's retransmission backoff and client-go's HTTP/2 health
+// check (a ping after 30 s without a frame, given up after 15 s more).
 func (f *Fleet) WaitNodesReady(ctx context.Context, nodes []*Node, since time.Time) error {
 	want := map[string]*Node{}
 	for _, n := range nodes {
 		want[n.Name] = n
 	}
-	return f.poll(ctx, fmt.Sprintf("%d nodes Ready", len(nodes)), time.Minute+time.Duration(len(nodes))*time.Second, func() (bool, string, error) {
+	return f.poll(ctx, fmt.Sprintf("%d nodes Ready", len(nodes)), 2*time.Minute+time.Duration(len(nodes))*time.Second, func() (bool, string, error) {
 		list, err := f.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error(), nil
