@@ -10,7 +10,7 @@ PKGS          ?= ./...
 # go-nvml's cgo bindings use NVML calls its header marks deprecated; keep builds readable.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build install install-files release demo-runtime check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore powercut powercut-kubelet lockstep
+.PHONY: all build install install-files release demo-runtime check short test unit kubelet-stub kubebins lint fmt-check vet staticcheck fuzz bench bench-compare demo clean crashloop explore powercut powercut-kubelet lockstep fleet
 
 all: build
 
@@ -171,6 +171,15 @@ explore:
 KDM_CRASHLOOP_ROUNDS ?= 300
 crashloop:
 	KDM_CRASHLOOP_ROUNDS=$(KDM_CRASHLOOP_ROUNDS) $(GO) test -race -count=1 -v -timeout $$(( 10 + $(KDM_CRASHLOOP_ROUNDS) / 2 ))m -run TestCrashLoop ./e2e/
+
+## fleet: FLEET_NODES kdm agents (real processes, mock GPUs) on one real kube-apiserver, etcd,
+## kube-scheduler and kube-controller-manager; ten GPU pods per node through Deployments and
+## Jobs; a steady window; an apiserver restart, an etcd restart, a tenth of the nodes killed and
+## a node cut off in its own network namespace (as root), each checked for nothing lost. Writes
+## the figures of docs/fleet.md and docs/fleet-*.svg. About 15 minutes with 100 nodes.
+FLEET_NODES ?= 100
+fleet: kubebins
+	nice -n 10 $(GO) run ./e2e/fleet/cmd/kdm-fleet --nodes $(FLEET_NODES) --out docs
 
 ## demo: the tour on an embedded default: manager, mock GPUs, sample pods, checkpoint, restart.
 demo:

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -123,6 +124,12 @@ type Publisher struct {
 	leaseRenewed  time.Time
 	notReadySince time.Time // when the not-ready taint was first seen with Ready true; zero when absent
 	hinted        bool      // the not-ready taint hint was logged for notReadySince
+	// node and lease are the objects as the last successful call read or wrote them; nil
+	// after a failed call, so that the next sync reads them afresh. Like the kubelet, which
+	// reads its Node from a watch and renews its Lease from the one it last wrote, a steady
+	// node costs the apiserver one Lease update per UpdateFrequency.
+	node  *v1.Node
+	lease *coordinationv1.Lease
 
 	mu      sync.Mutex
 	lastErr error // of the last API call of a sync; nil once one succeeds
@@ -157,14 +164,21 @@ func apiBackoff(limit time.Duration) wait.Backoff {
 	return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: limit}
 }
 
+// periodJitter is the most, as a fraction of UpdateFrequency, added to each steady wait.
+const periodJitter = 0.04
+
 // maxRegisterBackoff caps the wait between registration attempts, as the kubelet's 7 s.
 const maxRegisterBackoff = 7 * time.Second
 
 // Run registers the node (creating it if absent, zeroing stale extended resources if the
 // device manager says the node was recreated), then publishes the status on every device
-// change and every UpdateFrequency, and renews the Lease, until ctx ends. API errors are
+// change and every UpdateFrequency, and renews the Lease, until ctx ends. A steady node reads
+// neither its Node nor its Lease: it renews the Lease it last wrote and compares the status
+// with the Node it last read or wrote; after any failed call, and while the Node keeps the
+// not-ready taint, it reads the Node again. API errors are
 // logged and retried with exponential backoff: 200ms doubling up to maxRegisterBackoff while
-// registering and up to UpdateFrequency after, each with up to 10% jitter. Run returns nil
+// registering and up to UpdateFrequency after, each with up to 10% jitter. Steady syncs are
+// UpdateFrequency apart plus up to 4% jitter. Run returns nil
 // when ctx ends.
 func (p *Publisher) Run(ctx context.Context) error {
 	bo := apiBackoff(maxRegisterBackoff)
@@ -197,8 +211,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 			}
 		}
 		p.setErr(err)
-		delay := p.cfg.UpdateFrequency
+		// Up to 4% more, as the kubelet's status loop and Lease controller wait: nodes that
+		// started (or reconnected) together drift apart instead of calling in the same second.
+		delay := wait.Jitter(p.cfg.UpdateFrequency, periodJitter)
 		if err != nil {
+			// Whatever failed, read the Node afresh next time: someone may have changed it
+			// (the node lifecycle controller marks a silent node not ready).
+			p.node = nil
 			// The API server failed: retry sooner at first, and do not let device changes
 			// turn the retries into a tight loop.
 			delay, changed = bo.Step(), nil

@@ -176,7 +176,7 @@ func TestNodePublisherNotReadyTaintHint(t *testing.T) {
 	syncs := func() int { return api.Count("get nodes") }
 	tick := func() {
 		before := syncs()
-		clk.Step(DefaultUpdateFrequency)
+		clk.Step(maxPeriod)
 		apitest.Eventually(t, "a status sync", func() bool { return syncs() > before && clk.HasWaiters() })
 	}
 	for range 5 { // 50 s
@@ -245,4 +245,69 @@ func runUntilCleanup(t *testing.T, p *Publisher) {
 			t.Errorf("Run: %v", err)
 		}
 	})
+}
+
+// TestNodePublisherSteadyRequests: at steady state a node costs the apiserver what a kubelet
+// with its defaults costs: one Lease update per UpdateFrequency, no read of the Node or the
+// Lease. After a failed call the next sync reads both again.
+func TestNodePublisherSteadyRequests(t *testing.T) {
+	api := apitest.NewFakeAPI()
+	clk := clocktesting.NewFakeClock(time.Now())
+	startPublisher(t, Config{Client: api, NodeName: "n1", Devices: newDevices()}, clk)
+	counts := func() map[string]int {
+		out := map[string]int{}
+		for _, c := range []string{"get nodes", "get leases", "update leases", "patch nodes/status"} {
+			out[c] = api.Count(c)
+		}
+		return out
+	}
+	tick := func() {
+		before := api.Count("update leases")
+		clk.Step(maxPeriod)
+		apitest.Eventually(t, "a lease renewal", func() bool { return api.Count("update leases") > before && clk.HasWaiters() })
+	}
+	tick() // the first renewal after registration
+	start := counts()
+	for range 6 { // one minute
+		tick()
+	}
+	got := counts()
+	want := map[string]int{"get nodes": start["get nodes"], "get leases": start["get leases"],
+		"update leases": start["update leases"] + 6, "patch nodes/status": start["patch nodes/status"]}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("requests over a steady minute (-want +got):\n%s", diff)
+	}
+
+	api.Fail("update", "leases", errors.New("apiserver restarting"))
+	clk.Step(maxPeriod)
+	apitest.Eventually(t, "the failed renewal", func() bool { return api.Count("update leases") > got["update leases"] })
+	api.Fail("update", "leases", nil)
+	apitest.Eventually(t, "the publisher to wait again", clk.HasWaiters)
+	clk.Step(DefaultUpdateFrequency) // past the longest backoff
+	apitest.Eventually(t, "the Node and the Lease read again", func() bool {
+		return api.Count("get nodes") > got["get nodes"] && api.Count("get leases") > got["get leases"]
+	})
+}
+
+// maxPeriod is past the longest jittered wait between steady syncs.
+const maxPeriod = DefaultUpdateFrequency * 105 / 100
+
+// TestNodePublisherPeriodJitter: steady syncs are UpdateFrequency apart plus up to 4%, as the
+// kubelet's, so that nodes started together do not call the apiserver in the same second
+// forever.
+func TestNodePublisherPeriodJitter(t *testing.T) {
+	api := apitest.NewFakeAPI()
+	clk := clocktesting.NewFakeClock(time.Now())
+	startPublisher(t, Config{Client: api, NodeName: "n1", Devices: newDevices()}, clk)
+	for range 3 {
+		before := api.Count("update leases")
+		clk.Step(DefaultUpdateFrequency)
+		// A sync due at exactly UpdateFrequency would have started by now; a jittered one waits.
+		time.Sleep(50 * time.Millisecond)
+		if got := api.Count("update leases"); got != before {
+			t.Fatalf("a renewal exactly %v after the last sync: the period has no jitter", DefaultUpdateFrequency)
+		}
+		clk.Step(maxPeriod - DefaultUpdateFrequency)
+		apitest.Eventually(t, "the jittered renewal", func() bool { return api.Count("update leases") > before && clk.HasWaiters() })
+	}
 }

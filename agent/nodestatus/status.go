@@ -94,9 +94,13 @@ func (p *Publisher) restoreLabels(ctx context.Context, node *v1.Node) error {
 // device resources), addresses, nodeInfo and the Ready condition. An unchanged status is
 // written only every nodeStatusReportFrequency.
 func (p *Publisher) syncStatus(ctx context.Context) error {
-	node, err := p.cfg.Client.CoreV1().Nodes().Get(ctx, p.cfg.NodeName, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("getting node: %w", err)
+	node := p.node
+	if node == nil || hasNotReadyTaint(node) {
+		var err error
+		if node, err = p.cfg.Client.CoreV1().Nodes().Get(ctx, p.cfg.NodeName, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("getting node: %w", err)
+		}
+		p.node = node
 	}
 	capacity, allocatable, removed := p.cfg.Devices.GetCapacity()
 	if len(removed) > 0 {
@@ -143,8 +147,10 @@ func (p *Publisher) syncStatus(ctx context.Context) error {
 		setReadyCondition(st, now)
 	}, false)
 	if err != nil {
+		p.node = nil
 		return err
 	}
+	p.node = written
 	p.published = sets.New[string]()
 	for name := range capacity {
 		p.published.Insert(string(name))
@@ -191,13 +197,7 @@ func (p *Publisher) patchStatus(ctx context.Context, node *v1.Node, mutate func(
 // for notReadyTaintHintAfter while kdm reports it Ready: only the node lifecycle controller
 // of kube-controller-manager removes it, and pods without a toleration stay unscheduled.
 func (p *Publisher) checkNotReadyTaint(node *v1.Node) {
-	tainted := false
-	for _, t := range node.Spec.Taints {
-		if t.Key == v1.TaintNodeNotReady && t.Effect == v1.TaintEffectNoSchedule {
-			tainted = true
-		}
-	}
-	if !tainted {
+	if !hasNotReadyTaint(node) {
 		p.notReadySince, p.hinted = time.Time{}, false
 		return
 	}
@@ -211,6 +211,17 @@ func (p *Publisher) checkNotReadyTaint(node *v1.Node) {
 	p.hinted = true
 	p.log.Info("Node is Ready but still has the not-ready taint; only the node lifecycle controller of kube-controller-manager removes it: is it running? Until then only pods that tolerate the taint are scheduled here",
 		"taint", v1.TaintNodeNotReady+":"+string(v1.TaintEffectNoSchedule), "since", p.notReadySince)
+}
+
+// hasNotReadyTaint reports whether the Node has the node lifecycle controller's not-ready
+// NoSchedule taint.
+func hasNotReadyTaint(node *v1.Node) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == v1.TaintNodeNotReady && t.Effect == v1.TaintEffectNoSchedule {
+			return true
+		}
+	}
+	return false
 }
 
 // setReadyCondition marks the node Ready: kdm's node is ready while it posts status.

@@ -51,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SortFlags = false
 	fs.SetOutput(stdout) // pflag itself prints only the usage, when asked for
 	mock := fs.String("mock", "", "run on mock GPUs instead of libnvidia-ml: dgxa100")
+	mockGPUs := fs.Int("mock-gpus", 0, "with --mock, how many mock A100s (1 to 64); 0: the DGX A100's eight")
 	dir := fs.String("device-plugin-dir", pluginapi.DevicePluginPath, "directory of kubelet.sock and the plugin socket")
 	resource := fs.String("resource-name", nvml.DefaultResourceName, "extended resource to advertise")
 	socket := fs.String("socket-name", nvml.DefaultSocketName, "file name of the plugin's socket in --device-plugin-dir (a plain name, no \"/\"); give each copy that runs beside another its own: a copy refuses to start where a live plugin already listens")
@@ -93,7 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdm-nvml-plugin: expected no arguments, got %d: %s\nRun 'kdm-nvml-plugin --help' for usage.\n", fs.NArg(), strings.Join(quoted, " "))
 		return 2
 	}
-	p, err := nvml.New(nvml.Config{Mock: *mock, PluginDir: *dir, ResourceName: *resource, SocketName: *socket, CDI: *cdi,
+	p, err := nvml.New(nvml.Config{Mock: *mock, MockGPUs: *mockGPUs, PluginDir: *dir, ResourceName: *resource, SocketName: *socket, CDI: *cdi,
 		DeviceDir: *devDir, HealthControlDir: *healthDir, SysfsRoot: *sysfs, Logger: klog.Background()})
 	if err != nil {
 		fmt.Fprintf(stderr, "kdm-nvml-plugin: %v\n", err)

@@ -16,6 +16,8 @@ const (
 	DefaultSysfsRoot    = "/sys"
 	// MockDGXA100 selects go-nvml's mock of a DGX A100: eight A100 GPUs.
 	MockDGXA100 = "dgxa100"
+	// MaxMockGPUs bounds Config.MockGPUs.
+	MaxMockGPUs = 64
 )
 
 // Config describes the GPU plugin. Every field's zero value is valid and means the default
@@ -24,6 +26,9 @@ const (
 type Config struct {
 	// Mock is "" for the real libnvidia-ml, or MockDGXA100; nothing else.
 	Mock string
+	// MockGPUs is how many A100s the mock has, 1 to MaxMockGPUs; zero means the DGX A100's
+	// eight. It needs Mock: a fleet of mock nodes of different sizes sets it.
+	MockGPUs int
 	// ResourceName is advertised. Zero means DefaultResourceName (nvidia.com/gpu); it must be
 	// an extended resource name (see deviceplugin.Config.ResourceName).
 	ResourceName string
@@ -59,6 +64,12 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Mock != "" && c.Mock != MockDGXA100 {
 		errs = append(errs, fmt.Errorf("nvml: Mock must be \"\" (the real libnvidia-ml) or %q, got %q", MockDGXA100, c.Mock))
+	}
+	if c.MockGPUs != 0 && c.Mock == "" {
+		errs = append(errs, fmt.Errorf("nvml: MockGPUs (%d) needs Mock", c.MockGPUs))
+	}
+	if c.MockGPUs < 0 || c.MockGPUs > MaxMockGPUs {
+		errs = append(errs, fmt.Errorf("nvml: MockGPUs must be 0 (eight) or 1 to %d, got %d", MaxMockGPUs, c.MockGPUs))
 	}
 	if err := c.withDefaults().sdkConfig().Validate(); err != nil {
 		errs = append(errs, err)

@@ -27,6 +27,10 @@ func TestConfigValidate(t *testing.T) {
 			SocketName: "g.sock", KubeletSocket: "/k/kubelet.sock", CDI: true, SysfsRoot: "/s",
 			HealthControlDir: "/h"}, "", false},
 
+		{"mock of 12", Config{Mock: MockDGXA100, MockGPUs: 12}, "", false},
+		{"MockGPUs without Mock", Config{MockGPUs: 4}, "nvml: MockGPUs (4) needs Mock", false},
+		{"MockGPUs negative", Config{Mock: MockDGXA100, MockGPUs: -1}, "nvml: MockGPUs must be 0 (eight) or 1 to 64, got -1", false},
+		{"MockGPUs too many", Config{Mock: MockDGXA100, MockGPUs: 65}, "nvml: MockGPUs must be 0 (eight) or 1 to 64, got 65", false},
 		{"unknown Mock", Config{Mock: "dgx-nope"},
 			`nvml: Mock must be "" (the real libnvidia-ml) or "dgxa100", got "dgx-nope"`, false},
 		{"bad ResourceName", Config{ResourceName: "gpu"},

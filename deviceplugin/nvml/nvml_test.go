@@ -52,6 +52,24 @@ func TestEnumerateMock(t *testing.T) {
 	}
 }
 
+// TestEnumerateMockGPUs: MockGPUs sizes the mock, with distinct UUIDs stable across instances.
+func TestEnumerateMockGPUs(t *testing.T) {
+	for _, n := range []int{1, 12} {
+		devs := mockPlugin(t, func(c *Config) { c.MockGPUs = n }).deviceList()
+		again := mockPlugin(t, func(c *Config) { c.MockGPUs = n }).deviceList()
+		if len(devs) != n {
+			t.Fatalf("MockGPUs %d: %d GPUs", n, len(devs))
+		}
+		seen := map[string]bool{}
+		for i, d := range devs {
+			if seen[d.ID] || d.ID != again[i].ID {
+				t.Fatalf("MockGPUs %d: GPU %d %q is repeated or not stable (%q in another instance)", n, i, d.ID, again[i].ID)
+			}
+			seen[d.ID] = true
+		}
+	}
+}
+
 func TestRealLibraryAbsent(t *testing.T) {
 	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
 		t.Skip("this machine has an NVIDIA driver")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	mockgpus "github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/klog/v2"
@@ -40,7 +41,7 @@ func New(cfg Config) (*Plugin, error) {
 	cfg = cfg.withDefaults()
 	var lib nvml.Interface
 	if cfg.Mock == MockDGXA100 {
-		lib = newMockDGXA100()
+		lib = newMockDGXA100(cfg.MockGPUs)
 	} else {
 		lib = nvml.New()
 	}
@@ -167,11 +168,14 @@ func (p *Plugin) deviceList() []*pluginapi.Device {
 	return out
 }
 
-// newMockDGXA100 is go-nvml's DGX A100 mock with stable GPU UUIDs. The mock draws random
-// UUIDs, but a real GPU keeps its UUID across plugin restarts, and so must a mock one: pods
-// hold GPUs by UUID.
-func newMockDGXA100() *server.Server {
+// newMockDGXA100 is go-nvml's DGX A100 mock, with n A100s instead of eight when n > 0, and
+// stable GPU UUIDs. The mock draws random UUIDs, but a real GPU keeps its UUID across plugin
+// restarts, and so must a mock one: pods hold GPUs by UUID.
+func newMockDGXA100(n int) *server.Server {
 	s := dgxa100.New()
+	if n > 0 {
+		s = dgxa100.NewWithGPUs(mockgpus.Multiple(n, mockgpus.A100_SXM4_40GB)...)
+	}
 	for i, d := range s.Devices {
 		if md, ok := d.(*server.Device); ok {
 			md.Lock()

@@ -9,11 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -42,6 +40,10 @@ type Options struct {
 	// NodeMonitorGracePeriod is the controller-manager's --node-monitor-grace-period; zero:
 	// DefaultNodeMonitorGracePeriod.
 	NodeMonitorGracePeriod time.Duration
+	// AuditLog makes the apiserver write one JSON line per finished request (audit level
+	// Metadata: who, verb, resource, user agent) to AuditLogPath, so that a test can attribute
+	// requests to the identity that made them.
+	AuditLog bool
 }
 
 // Cluster is a running etcd and kube-apiserver, and with Options.ControlPlane a
@@ -52,10 +54,10 @@ type Cluster struct {
 	dir  string
 	ca   []byte
 	tok  map[string]string // user → bearer token
-	etcd *server
-	api  *server
+	etcd *Process
+	api  *Process
 	// scheduler and controllerManager run with Options.ControlPlane.
-	scheduler, controllerManager *server
+	scheduler, controllerManager *Process
 }
 
 // AdminUser is the identity in system:masters that tests use to create pods.
@@ -111,7 +113,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	c.etcd, err = startServer(opts.Dir, "etcd", opts.Binaries.Etcd,
+	c.etcd, err = StartProcess(opts.Dir, "etcd", opts.Binaries.Etcd,
 		"--name=kdm-test",
 		"--data-dir="+filepath.Join(opts.Dir, "etcd-data"),
 		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
@@ -122,16 +124,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
-	c.api, err = startServer(opts.Dir, "kube-apiserver", opts.Binaries.APIServer,
-		"--etcd-servers="+clientURL,
+	apiArgs := []string{"--etcd-servers=" + clientURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[2]),
-		"--tls-cert-file="+pki.servingCert, "--tls-private-key-file="+pki.servingKey,
-		"--client-ca-file="+pki.caCert,
-		"--token-auth-file="+tokenFile,
+		"--secure-port=" + strconv.Itoa(ports[2]),
+		"--tls-cert-file=" + pki.servingCert, "--tls-private-key-file=" + pki.servingKey,
+		"--client-ca-file=" + pki.caCert,
+		"--token-auth-file=" + tokenFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+pki.saKey,
-		"--service-account-signing-key-file="+pki.saKey,
+		"--service-account-key-file=" + pki.saKey,
+		"--service-account-signing-key-file=" + pki.saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--endpoint-reconciler-type=none",
 		"--authorization-mode=Node,RBAC",
@@ -139,7 +140,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--disable-admission-plugins=ServiceAccount",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
-		"--v=1")
+		"--v=1"}
+	if opts.AuditLog {
+		flags, err := writeAuditPolicy(opts.Dir)
+		if err != nil {
+			return nil, err
+		}
+		apiArgs = append(apiArgs, flags...)
+	}
+	c.api, err = StartProcess(opts.Dir, "kube-apiserver", opts.Binaries.APIServer, apiArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -157,9 +166,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 // Stop terminates the controller-manager, the scheduler, the apiserver, then etcd: SIGTERM,
 // then SIGKILL after five seconds.
 func (c *Cluster) Stop() {
-	for _, s := range []*server{c.controllerManager, c.scheduler, c.api, c.etcd} {
+	for _, s := range []*Process{c.controllerManager, c.scheduler, c.api, c.etcd} {
 		if s != nil {
-			s.stop()
+			s.Stop()
 		}
 	}
 }
@@ -167,7 +176,7 @@ func (c *Cluster) Stop() {
 // Logs returns the tail of every server's log, for a failing test to print.
 func (c *Cluster) Logs(n int) string {
 	var b strings.Builder
-	for _, s := range []*server{c.etcd, c.api, c.scheduler, c.controllerManager} {
+	for _, s := range []*Process{c.etcd, c.api, c.scheduler, c.controllerManager} {
 		if s == nil {
 			continue
 		}
@@ -230,8 +239,8 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 				return nil
 			}
 		}
-		for _, s := range []*server{c.etcd, c.api} {
-			if s.exited() {
+		for _, s := range []*Process{c.etcd, c.api} {
+			if s.Exited() {
 				return fmt.Errorf("%s exited before the cluster was ready:\n%s", s.name, c.Logs(4000))
 			}
 		}
@@ -243,64 +252,6 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-	}
-}
-
-// server is a started binary in its own process group, logging to a file.
-type server struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func startServer(dir, name, bin string, args ...string) (*server, error) {
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// etcd reads every ETCD_* variable as a flag; the test's environment must not leak in.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ETCD_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	s := &server{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		_ = f.Close()
-		close(s.done)
-	}()
-	return s, nil
-}
-
-func (s *server) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *server) stop() {
-	if s.exited() {
-		return
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.done
 	}
 }
 

@@ -61,7 +61,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	c.scheduler, err = startServer(opts.Dir, "kube-scheduler", opts.Binaries.Scheduler,
+	c.scheduler, err = StartProcess(opts.Dir, "kube-scheduler", opts.Binaries.Scheduler,
 		"--kubeconfig="+schedKubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[0]),
@@ -70,7 +70,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	c.controllerManager, err = startServer(opts.Dir, "kube-controller-manager", opts.Binaries.ControllerManager,
+	c.controllerManager, err = StartProcess(opts.Dir, "kube-controller-manager", opts.Binaries.ControllerManager,
 		"--kubeconfig="+cmKubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[1]),
@@ -84,7 +84,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, opts Options) error {
 		return err
 	}
 	for _, w := range []struct {
-		s    *server
+		s    *Process
 		port int
 	}{{c.scheduler, ports[0]}, {c.controllerManager, ports[1]}} {
 		if err := c.waitHealthz(ctx, w.s, w.port, opts.ReadyTimeout); err != nil {
@@ -96,7 +96,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, opts Options) error {
 
 // waitHealthz polls https://127.0.0.1:port/healthz (a self-signed serving certificate; the
 // path needs no credentials) until it answers ok, the server exits, or the timeout passes.
-func (c *Cluster) waitHealthz(ctx context.Context, s *server, port int, timeout time.Duration) error {
+func (c *Cluster) waitHealthz(ctx context.Context, s *Process, port int, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a test server's self-signed certificate on loopback
 	}}
@@ -111,7 +111,7 @@ func (c *Cluster) waitHealthz(ctx context.Context, s *server, port int, timeout 
 				return nil
 			}
 		}
-		if s.exited() {
+		if s.Exited() {
 			return fmt.Errorf("%s exited before it was healthy:\n%s", s.name, c.Logs(4000))
 		}
 		if time.Now().After(deadline) {
