@@ -60,6 +60,10 @@ func (m *Manager) applyDevices(resource string, from *endpoint.Endpoint, devs []
 	}
 	uids := m.applyDeviceListLocked(resource, devs)
 	m.checkRecoveredLocked(resource)
+	// Waiters see the new devices now, under the lock that applied them, so that an admission
+	// woken earlier cannot find them before an earlier waiter knows it may look (lockTurn);
+	// the broadcast after the write below tells those who wait for the file.
+	m.signalDeviceChangeLocked()
 	m.mu.Unlock()
 
 	if !m.cfg.Policy.NoDeviceHealthInPodStatus {

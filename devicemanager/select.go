@@ -31,7 +31,9 @@ func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod
 		"containerName", container, "resourceName", res, "timeout", d.Timeout())
 	notified := false
 	for {
-		m.mu.Lock()
+		if err := m.lockTurn(ctx, waiter); err != nil {
+			return nil, d.Cancelled(err)
+		}
 		changed := m.deviceChange
 		w := d.Next(m.st, m.cfg.Clock.Now())
 		m.mu.Unlock()
@@ -74,7 +76,9 @@ func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, contain
 	ready := m.sourcesReady()
 	notified := false
 	for {
-		m.mu.Lock()
+		if err := m.lockTurn(ctx, waiter); err != nil {
+			return false, fmt.Errorf("stopped waiting for a device plugin to register %s: %w", res, err)
+		}
 		changed := m.deviceChange
 		now := m.cfg.Clock.Now()
 		// A container that ran before the restart keeps what it has (the restart bypass); a

@@ -37,10 +37,9 @@ func (w *sleeper) awake(now time.Time) bool {
 	}
 }
 
-// sleepUntil waits for a device change or until the manager's clock reaches until, then for
-// its turn: until no admission that began to wait before this one is awake. *waiter
-// is the container's place in that order, taken at its first wait. It returns ctx's error if
-// ctx ends first.
+// sleepUntil waits for a device change or until the manager's clock reaches until. *waiter
+// is the container's place in the order of waiting admissions, taken at its first wait; the
+// caller then looks again under lockTurn. It returns ctx's error if ctx ends first.
 func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, changed <-chan struct{}, until time.Time) error {
 	timer := m.cfg.Clock.NewTimer(until.Sub(m.cfg.Clock.Now()))
 	defer timer.Stop()
@@ -55,13 +54,23 @@ func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, changed <-ch
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	return nil
+}
+
+// lockTurn takes mu once no admission that began to wait before this container's is awake,
+// and returns holding it, so that the caller decides under the same lock that found it its
+// turn: a device change between the two would otherwise let it go ahead of an earlier waiter
+// that the change wakes. A container that has not waited has no place and takes mu at once.
+// On ctx's end it returns ctx's error without mu.
+func (m *Manager) lockTurn(ctx context.Context, waiter **sleeper) error {
 	for {
 		m.mu.Lock()
-		turn, ahead := m.turnChange, m.earlierAwakeLocked(w)
-		m.mu.Unlock()
-		if !ahead {
+		w := *waiter
+		if w == nil || !m.earlierAwakeLocked(w) {
 			return nil
 		}
+		turn := m.turnChange
+		m.mu.Unlock()
 		select {
 		case <-turn:
 		case <-ctx.Done():
