@@ -166,8 +166,11 @@ func TestAgentNodeAndPodsOnFakeAPI(t *testing.T) {
 			t.Errorf("check %s: %v", name, err)
 		}
 	}
+	// A steady node renews its Lease from the one it last wrote, reading nothing; the renewal
+	// is the call that fails. The sync waits its period plus up to 4% jitter.
 	api.Fail("get", "nodes", errors.New("connection refused"))
-	clk.Step(DefaultNodeStatusUpdateFrequency)
+	api.Fail("update", "leases", errors.New("connection refused"))
+	clk.Step(DefaultNodeStatusUpdateFrequency + DefaultNodeStatusUpdateFrequency/20)
 	apitest.Eventually(t, "readiness to fail with the API server", func() bool { return check(CheckAPIServer)() != nil })
 }
 
