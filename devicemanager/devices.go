@@ -60,10 +60,10 @@ func (m *Manager) applyDevices(resource string, from *endpoint.Endpoint, devs []
 	}
 	uids := m.applyDeviceListLocked(resource, devs)
 	m.checkRecoveredLocked(resource)
-	// Waiters see the new devices now, under the lock that applied them, so that an admission
-	// woken earlier cannot find them before an earlier waiter knows it may look (lockTurn);
-	// the broadcast after the write below tells those who wait for the file.
-	m.signalDeviceChangeLocked()
+	// Count the change under the lock that applied it: an admission asleep waiting for a
+	// plugin is awake from now on for the wait order (lockTurn), though the broadcast that
+	// wakes it comes after the checkpoint write below, for those who wait for the file.
+	m.deviceChanges++
 	m.mu.Unlock()
 
 	if !m.cfg.Policy.NoDeviceHealthInPodStatus {

@@ -85,17 +85,18 @@ type Manager struct {
 	// st is the device and assignment state: device sets, assignments, reservations, reuse
 	// pools, running containers, plugin presence. The manager feeds it and acts on its
 	// decisions; it is guarded by mu.
-	st           *state.State
-	rules        state.Rules // the policy's switches the core's decisions read; set by New
-	endpoints    map[string]endpointInfo
-	recovered    map[string]sets.Set[string] // devices restored from RecoveredAllocations, until the plugin's first list
-	startedAt    time.Time                   // when Start ran: opens the unknown-resource window of DeferAdmission
-	sources      Sources
-	deviceChange chan struct{}         // closed and replaced whenever endpoints or device sets change
-	sleepers     map[*sleeper]struct{} // admissions that waited for a plugin, until their allocation ends (waitorder.go)
-	lastTicket   uint64                // the order in which sleepers first waited
-	turnChange   chan struct{}         // closed and replaced when a sleeper sleeps again or leaves
-	rejected     map[string]struct{}   // pods whose Allocate failed, gone for garbage collection (noteOutcome)
+	st            *state.State
+	rules         state.Rules // the policy's switches the core's decisions read; set by New
+	endpoints     map[string]endpointInfo
+	recovered     map[string]sets.Set[string] // devices restored from RecoveredAllocations, until the plugin's first list
+	startedAt     time.Time                   // when Start ran: opens the unknown-resource window of DeferAdmission
+	sources       Sources
+	deviceChange  chan struct{}         // closed and replaced whenever endpoints or device sets change
+	deviceChanges uint64                // counts the changes, each as it is made (waitorder.go)
+	sleepers      map[*sleeper]struct{} // admissions that waited for a plugin, until their allocation ends (waitorder.go)
+	lastTicket    uint64                // the order in which sleepers first waited
+	turnChange    chan struct{}         // closed and replaced when a sleeper sleeps again or leaves
+	rejected      map[string]struct{}   // pods whose Allocate failed, gone for garbage collection (noteOutcome)
 	// restoring is set while a goroutine started by Start restores the checkpoint, holding mu
 	// (restoreConcurrently).
 	restoring atomic.Bool
@@ -389,6 +390,7 @@ const HealthCheckName = "device-plugin"
 // signalDeviceChangeLocked wakes everyone waiting for a device or endpoint change. Callers
 // hold mu.
 func (m *Manager) signalDeviceChangeLocked() {
+	m.deviceChanges++
 	close(m.deviceChange)
 	m.deviceChange = make(chan struct{})
 }

@@ -34,7 +34,7 @@ func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod
 		if err := m.lockTurn(ctx, waiter); err != nil {
 			return nil, d.Cancelled(err)
 		}
-		changed := m.deviceChange
+		changed, devices := m.deviceChange, m.deviceChanges
 		w := d.Next(m.st, m.cfg.Clock.Now())
 		m.mu.Unlock()
 		switch w.Kind {
@@ -55,7 +55,7 @@ func (m *Manager) devicesToAllocateWithDeferral(ctx context.Context, pod *v1.Pod
 				m.cfg.OnAdmissionDeferred(string(pod.UID), container, res)
 			}
 		}
-		if err := m.sleepUntil(ctx, waiter, changed, w.Until); err != nil {
+		if err := m.sleepUntil(ctx, waiter, changed, devices, w.Until); err != nil {
 			return nil, d.Cancelled(err)
 		}
 	}
@@ -79,7 +79,7 @@ func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, contain
 		if err := m.lockTurn(ctx, waiter); err != nil {
 			return false, fmt.Errorf("stopped waiting for a device plugin to register %s: %w", res, err)
 		}
-		changed := m.deviceChange
+		changed, devices := m.deviceChange, m.deviceChanges
 		now := m.cfg.Clock.Now()
 		// A container that ran before the restart keeps what it has (the restart bypass); a
 		// device chosen now could not be the one it uses.
@@ -102,7 +102,7 @@ func (m *Manager) awaitUnknownResource(ctx context.Context, pod *v1.Pod, contain
 			}
 			notified = true
 		}
-		if err := m.sleepUntil(ctx, waiter, changed, w.Until); err != nil {
+		if err := m.sleepUntil(ctx, waiter, changed, devices, w.Until); err != nil {
 			return false, fmt.Errorf("stopped waiting for a device plugin to register %s: %w", res, err)
 		}
 	}

@@ -24,11 +24,19 @@ type sleeper struct {
 	ticket  uint64
 	until   time.Time
 	changed <-chan struct{}
+	// devices is the manager's count of device changes (Manager.deviceChanges) when the
+	// sleeper last looked: a change since makes it awake before the broadcast reaches it.
+	devices uint64
 }
 
 // awake reports whether the sleeper has been woken (or is about to be) and not gone back to
-// sleep: its broadcast came or its deadline passed.
-func (w *sleeper) awake(now time.Time) bool {
+// sleep: the devices changed since it looked (its broadcast may come only after the
+// checkpoint write), its broadcast came, or its deadline passed. devices is the manager's
+// count of device changes now.
+func (w *sleeper) awake(now time.Time, devices uint64) bool {
+	if w.devices != devices {
+		return true
+	}
 	select {
 	case <-w.changed:
 		return true
@@ -40,12 +48,12 @@ func (w *sleeper) awake(now time.Time) bool {
 // sleepUntil waits for a device change or until the manager's clock reaches until. *waiter
 // is the container's place in the order of waiting admissions, taken at its first wait; the
 // caller then looks again under lockTurn. It returns ctx's error if ctx ends first.
-func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, changed <-chan struct{}, until time.Time) error {
+func (m *Manager) sleepUntil(ctx context.Context, waiter **sleeper, changed <-chan struct{}, devices uint64, until time.Time) error {
 	timer := m.cfg.Clock.NewTimer(until.Sub(m.cfg.Clock.Now()))
 	defer timer.Stop()
 	m.mu.Lock()
 	w := m.enterWaitOrderLocked(waiter)
-	w.until, w.changed = until, changed
+	w.until, w.changed, w.devices = until, changed, devices
 	m.signalTurnLocked() // asleep again: later waiters need not wait for it
 	m.mu.Unlock()
 	select {
@@ -84,7 +92,7 @@ func (m *Manager) lockTurn(ctx context.Context, waiter **sleeper) error {
 func (m *Manager) earlierAwakeLocked(w *sleeper) bool {
 	now := m.cfg.Clock.Now()
 	for s := range m.sleepers {
-		if s.ticket < w.ticket && s.awake(now) {
+		if s.ticket < w.ticket && s.awake(now, m.deviceChanges) {
 			return true
 		}
 	}
@@ -141,7 +149,7 @@ func (m *Manager) AdmissionsAsleep() int {
 	defer m.mu.Unlock()
 	n := 0
 	for w := range m.sleepers {
-		if !w.awake(now) {
+		if !w.awake(now, m.deviceChanges) {
 			n++
 		}
 	}
@@ -158,7 +166,7 @@ func (m *Manager) NextWake() (time.Time, bool) {
 	var next time.Time
 	found := false
 	for w := range m.sleepers {
-		if w.awake(now) {
+		if w.awake(now, m.deviceChanges) {
 			continue
 		}
 		if !found || w.until.Before(next) {
