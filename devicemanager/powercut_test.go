@@ -121,7 +121,10 @@ func (r *cutRun) waitOrCut(what string, cond func() bool) bool {
 		case <-r.fs.Cutting():
 			return false
 		case <-deadline.C:
-			r.t.Fatalf("timed out waiting for %s", what)
+			c, a, _ := r.m.GetCapacity()
+			ops := r.fs.Ops()
+			r.t.Fatalf("timed out waiting for %s: capacity %v, allocatable %v; the file system's last ops (%d in all): %q",
+				what, c, a, ops, r.fs.Log(max(0, ops-8)))
 		}
 	}
 }
