@@ -258,21 +258,6 @@ func TestBenchDataShape(t *testing.T) {
 	}
 }
 
-// BenchmarkJSON measures the JSON emitter alone (no checksum), into a
-// freshly allocated buffer as Encode does.
-func BenchmarkJSON(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
-			d := benchData(b, n)
-			b.ReportAllocs()
-			for b.Loop() {
-				var w jsonWriter
-				w.data(make([]byte, 0, encodedSizeHint(d)), d)
-			}
-		})
-	}
-}
-
 // BenchmarkDecode measures Decode (parse and verify) of Encode's output,
 // the restart path. The encoding-json sub-benchmarks run the same Decode
 // with the reflection-based V2 parser only, for comparison.

@@ -308,11 +308,8 @@ func appendInt(b []byte, v int64) []byte {
 	return append(b, tmp[i:]...)
 }
 
-// Checksum returns the kubelet's checksum of d: FNV-1a 32 over the grammar text of
-// docs/behaviour.md#checkpoint-checksum, which is what the kubelet's go-spew printer produces for the
-// same values. nil and empty slices and maps hash differently. A nil d is
-// treated as the zero Data. Checksum does not modify d and is safe for
-// concurrent use as long as d is not being modified.
+// Checksum is checkpoint.Checksum. A nil d is treated as the zero Data; d must not be
+// modified during the call.
 func Checksum(d *Data) uint32 {
 	if d == nil {
 		d = &Data{}

@@ -19,14 +19,6 @@ import (
 type fileV2 struct {
 	Data     Data
 	Checksum uint64
-
-	// sum is Checksum(&Data) when summed is set: a parser that hashed the
-	// data as it went says so. encoding/json leaves both alone.
-	sum    uint32
-	summed bool
-	// entries, when set, holds Data.PodDeviceEntries as Entries that remember
-	// what the parser learnt of their encoding (parseV2FastSummed with keep).
-	entries []*Entry
 }
 
 type fileV1 struct {
@@ -83,24 +75,11 @@ func classify(v2err error) error {
 }
 
 // decodeEntries is Decode that also returns the entries as Entries: entries[i]
-// holds PodDeviceEntries[i], sharing its lists and bytes. An entry that the
-// fast parser read keeps its text in b and the checksum states around it (see
-// parseV2FastSummed), so b must not be modified afterwards.
+// holds PodDeviceEntries[i], sharing its lists and bytes.
 func decodeEntries(b []byte) (*Data, []*Entry, Layout, error) {
-	var parsed *fileV2
-	d, layout, err := decode(b, func(b []byte) (*fileV2, error) {
-		f, ok := parseV2FastSummed(b, true)
-		if !ok {
-			return parseV2JSON(b)
-		}
-		parsed = f
-		return f, nil
-	})
+	d, layout, err := Decode(b)
 	if err != nil {
 		return nil, nil, layout, err
-	}
-	if layout == LayoutV2 && parsed != nil && parsed.entries != nil {
-		return d, parsed.entries, layout, nil
 	}
 	entries := make([]*Entry, len(d.PodDeviceEntries))
 	for i := range d.PodDeviceEntries {
@@ -109,16 +88,7 @@ func decodeEntries(b []byte) (*Data, []*Entry, Layout, error) {
 	return d, entries, layout, nil
 }
 
-// Decode parses a whole checkpoint file and verifies its checksum.
-//
-// The V2 layout is tried first. A file that only fits the V1 layout, or fits
-// both (no entry has DeviceIDs) but carries a valid V1 checksum, is accepted
-// as LayoutV1 and converted the way kubelets 1.20 to 1.29 did: all devices of
-// an entry under NUMA node 0. Kubelet 1.36 itself rejects V1 files.
-//
-// Errors: ErrNotJSON (wrapping the *json.SyntaxError), ErrUnknownLayout
-// (wrapping the decoder's error), or *ChecksumError; all match ErrCorrupt.
-// Decode never panics, whatever b holds, and does not retain b.
+// Decode is checkpoint.Decode.
 func Decode(b []byte) (*Data, Layout, error) {
 	return decode(b, parseV2)
 }
@@ -128,10 +98,7 @@ func Decode(b []byte) (*Data, Layout, error) {
 func decode(b []byte, parse func([]byte) (*fileV2, error)) (*Data, Layout, error) {
 	v2, v2err := parse(b)
 	if v2err == nil {
-		computed := uint64(v2.sum)
-		if !v2.summed {
-			computed = uint64(Checksum(&v2.Data))
-		}
+		computed := uint64(Checksum(&v2.Data))
 		if v2.Checksum == computed {
 			return &v2.Data, LayoutV2, nil
 		}
@@ -151,10 +118,7 @@ func decode(b []byte, parse func([]byte) (*fileV2, error)) (*Data, Layout, error
 	return v1.Data.toV2(), LayoutV1, nil
 }
 
-// DecodeUnverified parses a checkpoint file without checking its checksum,
-// for inspection tools. It returns the data (V1 converted to NUMA node 0),
-// the layout the file fits (V2 preferred) and the stored checksum. Errors
-// are ErrNotJSON or ErrUnknownLayout as for Decode.
+// DecodeUnverified is checkpoint.DecodeUnverified.
 func DecodeUnverified(b []byte) (*Data, Layout, uint64, error) {
 	return decodeUnverified(b, parseV2)
 }

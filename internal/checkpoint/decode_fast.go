@@ -24,22 +24,8 @@ import (
 // caller decodes b with encoding/json, which owns every quirk (case-folded
 // keys, unknown keys, duplicates, escapes, U+FFFD replacement) and every
 // error text. It never panics and does not retain b.
-//
-// A file of pipelineBytes or more is hashed while it is parsed (see
-// parseV2FastSummed); the result then carries its checksum.
 func parseV2Fast(b []byte) (*fileV2, bool) {
-	if len(b) >= pipelineBytes {
-		return parseV2FastSummed(b, false)
-	}
-	return parseV2FastWith(b, nil)
-}
-
-// parseV2FastWith is parseV2Fast calling onEntry, if not nil, with each entry
-// of the list once it is parsed whole, in order, and the entry's text: the
-// sub-slice of b from its '{' to its '}'. The entry must not be kept: the list
-// it sits in may move as it grows.
-func parseV2FastWith(b []byte, onEntry func(e *PodDevicesEntry, text []byte)) (*fileV2, bool) {
-	p := fastParser{b: b, onEntry: onEntry}
+	p := fastParser{b: b}
 	f := &fileV2{Data: Data{
 		PodDeviceEntries:  []PodDevicesEntry{},
 		RegisteredDevices: map[string][]string{},
@@ -65,8 +51,6 @@ type fastParser struct {
 	// The previous entry's names: consecutive entries usually share the pod,
 	// the container or the resource, so a match reuses the string.
 	lastPod, lastContainer, lastResource string
-	// onEntry, if set, sees each entry of the list once it is parsed, with its text.
-	onEntry func(e *PodDevicesEntry, text []byte)
 }
 
 // Bits recording which keys of one object were seen, to refuse duplicates.
@@ -119,16 +103,7 @@ func (p *fastParser) entries(dst *[]PodDevicesEntry) bool {
 	}
 	return p.array(func() bool {
 		*dst = append(*dst, PodDevicesEntry{})
-		e := &(*dst)[len(*dst)-1]
-		p.skipSpace()
-		start := p.i
-		if !p.entry(e) {
-			return false
-		}
-		if p.onEntry != nil {
-			p.onEntry(e, p.b[start:p.i])
-		}
-		return true
+		return p.entry(&(*dst)[len(*dst)-1])
 	})
 }
 

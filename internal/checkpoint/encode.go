@@ -1,372 +1,215 @@
 package checkpoint
 
 import (
-	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
-// parallelChecksumEntries is the entry count from which Encode emits the
-// JSON on a second goroutine while it computes the checksum. Below it the
-// goroutine would cost more than it saves.
-const parallelChecksumEntries = 128
-
-// Encode returns the whole checkpoint file for d: {"Data":...,"Checksum":N}
-// with no trailing newline, byte for byte what the kubelet's encoding/json
-// writes for the same values (keys in field order, map keys sorted as
-// strings, HTML characters escaped, []byte as standard base64, nil as null).
-// The checksum is Checksum(d).
-//
-// For large data (parallelChecksumEntries entries or more) the JSON is
-// emitted on a second goroutine while the checksum is computed; Encode joins
-// it before returning, so no goroutine outlives the call. d is only read, by
-// both, and must not be modified during the call.
-//
-// Encode fails only with ErrInvalidUTF8: such a string would be written as
-// U+FFFD while the checksum covers its original bytes, so the file could never
-// be verified. A nil d encodes as the zero Data.
+// Encode is checkpoint.Encode. d is only read, and must not be modified during the call.
+// From parallelChecksumEntries entries on, the checksum is computed on a second goroutine
+// while the JSON is made; it is joined before Encode returns.
 func Encode(d *Data) ([]byte, error) {
 	if d == nil {
 		d = &Data{}
 	}
-	var (
-		w   jsonWriter
-		sum uint32
-		buf []byte
-	)
+	sum := make(chan uint32, 1)
 	if len(d.PodDeviceEntries) >= parallelChecksumEntries {
-		// The checksum, a chain of dependent steps, runs on this goroutine, which already
-		// holds a processor; the JSON, and the allocation of the output, go to the new one.
-		done := make(chan []byte, 1)
-		go func() { done <- w.data(make([]byte, 0, encodedSizeHint(d)), d) }()
-		sum = Checksum(d)
-		buf = <-done
+		go func() { sum <- Checksum(d) }()
 	} else {
-		sum = Checksum(d)
-		buf = w.data(make([]byte, 0, encodedSizeHint(d)), d)
+		sum <- Checksum(d)
 	}
-	if w.badUTF8 {
-		return nil, fmt.Errorf("%w: %q", ErrInvalidUTF8, w.badString)
+	var bad *cachedText // the first string that is not valid UTF-8, in the file's order
+	badEntry := false   // bad is an entry's
+	reg := preparedOf(&Data{RegisteredDevices: d.RegisteredDevices}).Registered
+	slices.SortFunc(reg, compareRegistered)
+	size := 4096
+	for _, r := range reg {
+		t := r.encoded()
+		if t.bad && bad == nil {
+			bad = t
+		}
+		size += len(t.json) + 1
 	}
-	buf = append(buf, `,"Checksum":`...)
-	buf = strconv.AppendUint(buf, uint64(sum), 10)
-	return append(buf, '}'), nil
-}
-
-// encodedSizeHint estimates the encoded size, so the output is allocated once
-// in the common case. Overestimating slightly is cheaper than growing.
-func encodedSizeHint(d *Data) int {
-	n := 96
 	for i := range d.PodDeviceEntries {
-		n += entrySizeHint(&d.PodDeviceEntries[i])
+		size += entrySize(&d.PodDeviceEntries[i])
 	}
-	return n + regSizeHint(d.RegisteredDevices)
-}
-
-// entrySizeHint estimates, slightly over, the size of one entry's JSON object.
-func entrySizeHint(e *PodDevicesEntry) int {
-	n := 96 + len(e.PodUID) + len(e.ContainerName) + len(e.ResourceName)
-	n += base64.StdEncoding.EncodedLen(len(e.AllocResp))
-	for _, ids := range e.DeviceIDs {
-		n += 26
-		for _, id := range ids {
-			n += len(id) + 3
-		}
-	}
-	return n + n/16
-}
-
-// regSizeHint estimates the size of the RegisteredDevices object.
-func regSizeHint(m map[string][]string) int {
-	n := 0
-	for k, ids := range m {
-		n += len(k) + 6
-		for _, id := range ids {
-			n += len(id) + 3
-		}
-	}
-	return n + n/16
-}
-
-// jsonWriter holds the encoder's scratch state. The emit functions take and
-// return the output slice rather than storing it in the struct, which keeps
-// the hot appends free of GC write barriers.
-type jsonWriter struct {
-	ikeys     []int64
-	skeys     []string
-	badUTF8   bool
-	badString string
-}
-
-// data emits the file up to and including the Data object.
-func (w *jsonWriter) data(buf []byte, d *Data) []byte {
-	buf = append(buf, `{"Data":{"PodDeviceEntries":`...)
+	b := append(make([]byte, 0, size), jsonFileHead...)
 	if d.PodDeviceEntries == nil {
-		buf = append(buf, "null"...)
+		b = append(b, "null"...)
 	} else {
-		buf = append(buf, '[')
+		b = append(b, '[')
 		for i := range d.PodDeviceEntries {
 			if i > 0 {
-				buf = append(buf, ',')
+				b = append(b, ',')
 			}
-			buf = w.entry(buf, &d.PodDeviceEntries[i])
+			var t *cachedText
+			if b, t = appendEntryJSON(b, &d.PodDeviceEntries[i]); t != nil && (bad == nil || !badEntry) {
+				bad, badEntry = t, true
+			}
 		}
-		buf = append(buf, ']')
+		b = append(b, ']')
 	}
-	buf = append(buf, `,"RegisteredDevices":`...)
-	buf = w.regMap(buf, d.RegisteredDevices)
-	return append(buf, '}')
+	h := <-sum
+	if bad != nil {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidUTF8, bad.badUTF8)
+	}
+	return appendChecksumTail(appendRegistered(b, d.RegisteredDevices == nil, reg), h), nil
 }
 
-func (w *jsonWriter) entry(buf []byte, e *PodDevicesEntry) []byte {
-	buf = w.entryHead(buf, e)
-	if e.AllocResp == nil {
-		buf = append(buf, "null"...)
+// parallelChecksumEntries is the entry count from which Encode computes the checksum on a
+// second goroutine.
+const parallelChecksumEntries = 128
+
+// preparedOf returns d as a Prepared of new pieces that share d's lists and bytes.
+func preparedOf(d *Data) *Prepared {
+	p := &Prepared{}
+	if d == nil {
+		return p
+	}
+	if d.PodDeviceEntries != nil {
+		p.Entries = make([]*Entry, len(d.PodDeviceEntries))
+		for i := range d.PodDeviceEntries {
+			p.Entries[i] = NewEntry(d.PodDeviceEntries[i])
+		}
+	}
+	if d.RegisteredDevices != nil {
+		p.Registered = make([]*Registered, 0, len(d.RegisteredDevices))
+		for res, ids := range d.RegisteredDevices {
+			p.Registered = append(p.Registered, NewRegistered(res, ids))
+		}
+	}
+	return p
+}
+
+// entryJSON returns e's JSON object as encoding/json writes it, or the first of its strings
+// that is not valid UTF-8.
+func entryJSON(e *PodDevicesEntry) *cachedText {
+	b, bad := appendEntryJSON(make([]byte, 0, entrySize(e)), e)
+	if bad != nil {
+		return bad
+	}
+	return &cachedText{json: b}
+}
+
+// entrySize is about the size of e's JSON, seldom less.
+func entrySize(e *PodDevicesEntry) int {
+	n := 128 + len(e.PodUID) + len(e.ContainerName) + len(e.ResourceName) + base64.StdEncoding.EncodedLen(len(e.AllocResp))
+	for _, ids := range e.DeviceIDs {
+		n += 24
+		for _, id := range ids {
+			n += len(id) + 3
+		}
+	}
+	return n
+}
+
+// appendEntryJSON appends e's JSON object as encoding/json writes it. If one of e's strings
+// is not valid UTF-8 it appends nothing and returns that string as bad.
+func appendEntryJSON(b []byte, e *PodDevicesEntry) (_ []byte, bad *cachedText) {
+	for _, s := range []string{e.PodUID, e.ContainerName, e.ResourceName} {
+		if !utf8.ValidString(s) {
+			return b, &cachedText{badUTF8: s, bad: true}
+		}
+	}
+	var keys [4]int64
+	numa := keys[:0]
+	for n, ids := range e.DeviceIDs {
+		if s, ok := firstInvalid(ids); !ok {
+			return b, &cachedText{badUTF8: s, bad: true}
+		}
+		numa = append(numa, n)
+	}
+	// encoding/json sorts map keys by their text: "-1" < "10" < "2".
+	if len(numa) > 1 {
+		slices.SortFunc(numa, func(a, b int64) int {
+			return strings.Compare(strconv.FormatInt(a, 10), strconv.FormatInt(b, 10))
+		})
+	}
+	b = append(b, `{"PodUID":`...)
+	b = append(appendJSONString(b, e.PodUID), `,"ContainerName":`...)
+	b = append(appendJSONString(b, e.ContainerName), `,"ResourceName":`...)
+	b = append(appendJSONString(b, e.ResourceName), `,"DeviceIDs":`...)
+	if e.DeviceIDs == nil {
+		b = append(b, "null"...)
 	} else {
-		buf = append(buf, '"')
-		buf = base64.StdEncoding.AppendEncode(buf, e.AllocResp)
-		buf = append(buf, '"')
+		b = append(b, '{')
+		for i, n := range numa {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(strconv.AppendInt(append(b, '"'), n, 10), '"', ':')
+			b = appendJSONList(b, e.DeviceIDs[n])
+		}
+		b = append(b, '}')
 	}
-	return append(buf, '}')
-}
-
-// entryHead emits an entry's object up to the AllocResp value.
-func (w *jsonWriter) entryHead(buf []byte, e *PodDevicesEntry) []byte {
-	buf = append(buf, `{"PodUID":`...)
-	buf = w.str(buf, e.PodUID)
-	buf = append(buf, `,"ContainerName":`...)
-	buf = w.str(buf, e.ContainerName)
-	buf = append(buf, `,"ResourceName":`...)
-	buf = w.str(buf, e.ResourceName)
-	buf = append(buf, `,"DeviceIDs":`...)
-	buf = w.devMap(buf, e.DeviceIDs)
-	return append(buf, `,"AllocResp":`...)
-}
-
-// canonicalEntry reports whether text is byte for byte what entry writes for
-// e, which text was parsed into. Only the AllocResp's base64 is not written
-// again: it is canonical when its last quantum leaves no stray bits, as text
-// that decodes to e.AllocResp with no line breaks (parseV2Fast's rule) has
-// the right length and padding already.
-func (w *jsonWriter) canonicalEntry(e *PodDevicesEntry, text []byte) bool {
-	scratch := headScratch.Get().(*[]byte)
-	head := w.entryHead((*scratch)[:0], e)
-	rest, ok := bytes.CutPrefix(text, head)
-	if cap(head) <= maxHeadScratch {
-		*scratch = head[:0]
-		headScratch.Put(scratch)
-	}
-	if !ok {
-		return false
-	}
+	b = append(b, `,"AllocResp":`...)
 	if e.AllocResp == nil {
-		return string(rest) == "null}"
+		b = append(b, "null"...)
+	} else {
+		b = append(base64.StdEncoding.AppendEncode(append(b, '"'), e.AllocResp), '"')
 	}
-	if len(rest) < 3 || rest[0] != '"' || string(rest[len(rest)-2:]) != `"}` {
-		return false
-	}
-	b64 := rest[1 : len(rest)-2]
-	if len(b64) != base64.StdEncoding.EncodedLen(len(e.AllocResp)) {
-		return false
-	}
-	// The character before the padding carries 4 (one byte in the last
-	// quantum) or 2 (two bytes) bits that must be zero.
-	switch len(e.AllocResp) % 3 {
-	case 1:
-		return base64Value(b64[len(b64)-3])&(0x0f|notBase64) == 0
-	case 2:
-		return base64Value(b64[len(b64)-2])&(0x03|notBase64) == 0
-	}
-	return true
+	return append(b, '}'), nil
 }
 
-// headScratch holds the buffers canonicalEntry writes an entry's head into to compare it
-// with the text read: the first write after a restart checks every restored entry, and the
-// heads are garbage once compared. Buffers over maxHeadScratch bytes are not kept.
-var headScratch = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
-
-const maxHeadScratch = 64 << 10
-
-// base64Value is the six bits the standard alphabet's character c stands for, or notBase64
-// for any other character.
-func base64Value(c byte) int {
-	if v := strings.IndexByte(base64Alphabet, c); v >= 0 {
-		return v
+// registeredJSON returns the pair's JSON text, "resource":[ids], as encoding/json writes it
+// within the RegisteredDevices object, or the first of its strings that is not valid UTF-8.
+func registeredJSON(resource string, ids []string) *cachedText {
+	if !utf8.ValidString(resource) {
+		return &cachedText{badUTF8: resource, bad: true}
 	}
-	return notBase64
+	if bad, ok := firstInvalid(ids); !ok {
+		return &cachedText{badUTF8: bad, bad: true}
+	}
+	size := len(resource) + 8
+	for _, id := range ids {
+		size += len(id) + 3
+	}
+	b := appendJSONString(make([]byte, 0, size), resource)
+	return &cachedText{json: appendJSONList(append(b, ':'), ids)}
 }
 
-// notBase64 is base64Value's bit for a character outside the alphabet, above the six bits.
-const notBase64 = 0x40
-
-// base64Alphabet is the standard base64 alphabet, in value order.
-const base64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-// compareDecimal orders int64 values by their decimal text, the order
-// encoding/json uses for integer map keys ("-1" < "10" < "2").
-func compareDecimal(a, b int64) int {
-	var x, y [20]byte
-	return bytes.Compare(appendInt(x[:0], a), appendInt(y[:0], b))
-}
-
-func (w *jsonWriter) devMap(buf []byte, m DevicesPerNUMA) []byte {
-	if m == nil {
-		return append(buf, "null"...)
-	}
-	w.ikeys = w.ikeys[:0]
-	for k := range m {
-		w.ikeys = append(w.ikeys, k)
-	}
-	if len(w.ikeys) > 1 {
-		slices.SortFunc(w.ikeys, compareDecimal)
-	}
-	buf = append(buf, '{')
-	for i, k := range w.ikeys {
-		if i > 0 {
-			buf = append(buf, ',')
+// firstInvalid returns the first of l that is not valid UTF-8, and false, or true if none is.
+func firstInvalid(l []string) (string, bool) {
+	for _, s := range l {
+		if !utf8.ValidString(s) {
+			return s, false
 		}
-		buf = append(buf, '"')
-		buf = appendInt(buf, k)
-		buf = append(buf, '"', ':')
-		buf = w.strList(buf, m[k])
 	}
-	return append(buf, '}')
+	return "", true
 }
 
-func (w *jsonWriter) regMap(buf []byte, m map[string][]string) []byte {
-	if m == nil {
-		return append(buf, "null"...)
-	}
-	w.skeys = w.skeys[:0]
-	for k := range m {
-		w.skeys = append(w.skeys, k)
-	}
-	slices.Sort(w.skeys)
-	buf = append(buf, '{')
-	for i, k := range w.skeys {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = w.str(buf, k)
-		buf = append(buf, ':')
-		buf = w.strList(buf, m[k])
-	}
-	return append(buf, '}')
-}
-
-func (w *jsonWriter) strList(buf []byte, l []string) []byte {
+// appendJSONList appends the list of valid UTF-8 strings l as encoding/json writes it.
+func appendJSONList(b []byte, l []string) []byte {
 	if l == nil {
-		return append(buf, "null"...)
+		return append(b, "null"...)
 	}
-	buf = append(buf, '[')
+	b = append(b, '[')
 	for i, s := range l {
 		if i > 0 {
-			buf = append(buf, ',')
+			b = append(b, ',')
 		}
-		buf = w.str(buf, s)
+		b = appendJSONString(b, s)
 	}
-	return append(buf, ']')
+	return append(b, ']')
 }
 
-func (w *jsonWriter) str(buf []byte, s string) []byte {
-	buf, ok := appendJSONString(buf, s)
-	if !ok && !w.badUTF8 {
-		w.badUTF8, w.badString = true, s
-	}
-	return buf
-}
-
-// jsonSafeASCII marks the ASCII bytes encoding/json copies verbatim when it
-// escapes HTML: printable, and not one of " \ < > &.
-var jsonSafeASCII = func() (t [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = true
-	}
-	for _, c := range `"\<>&` {
-		t[c] = false
-	}
-	return t
-}()
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string exactly as encoding/json does
-// with HTML escaping on. It reports false if s is not valid UTF-8 (each
-// invalid byte is then written as \ufffd, as encoding/json does).
-func appendJSONString(dst []byte, s string) ([]byte, bool) {
-	valid := true
-	dst = append(dst, '"')
-	start := 0
-	i := safePrefix(s)
-	for i < len(s) {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if jsonSafeASCII[c] {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			valid = false
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"'), valid
-}
-
-// safePrefix returns how many leading bytes of s, in whole 8-byte words, need no escaping:
-// printable ASCII other than '"', '\\', '<', '>' and '&'. It tests a word at a time with the
-// classic SWAR zero-byte tricks, so typical IDs and names are copied without a per-byte
-// table lookup.
-func safePrefix(s string) int {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		v := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if v&highs != 0 || // non-ASCII
-			(v-ones*0x20)&^v&highs != 0 || // a control character (< 0x20)
-			zero(v^(ones*'"'))|zero(v^(ones*'\\'))|zero(v^(ones*'<'))|zero(v^(ones*'>'))|zero(v^(ones*'&')) != 0 {
-			break
+// appendJSONString appends the valid UTF-8 string s as encoding/json writes it: quoted as it
+// is when it holds only printable ASCII other than the characters encoding/json escapes
+// (" \ < > &), else by encoding/json itself. Device lists can hold a million IDs, and IDs
+// and names are nearly always plain.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
 		}
 	}
-	return i
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

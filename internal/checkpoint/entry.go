@@ -24,9 +24,6 @@ type Entry struct {
 	// slot is 1 + the entry's slot in the file of the Store that last placed it, or 0 (see
 	// slotModel); a Store checks that the slot holds the entry before it trusts it.
 	slot atomic.Int64
-	// read is the entry's text in the file it was read from (see decodeEntries), set before
-	// the Entry is handed out: the first encoding uses it if it is exactly Encode's.
-	read []byte
 }
 
 // NewEntry returns e as an Entry. It does not copy e's lists or bytes: they
@@ -68,14 +65,7 @@ func (e *Entry) encoded() *cachedText {
 	if t := e.text.Load(); t != nil {
 		return t
 	}
-	var w jsonWriter
-	if e.read != nil && w.canonicalEntry(&e.PodDevicesEntry, e.read) {
-		t := &cachedText{json: e.read}
-		e.text.Store(t)
-		return t
-	}
-	b := w.entry(make([]byte, 0, entrySizeHint(&e.PodDevicesEntry)), &e.PodDevicesEntry)
-	t := &cachedText{json: b, badUTF8: w.badString, bad: w.badUTF8}
+	t := entryJSON(&e.PodDevicesEntry)
 	e.text.Store(t)
 	return t
 }
@@ -85,11 +75,7 @@ func (r *Registered) encoded() *cachedText {
 	if t := r.text.Load(); t != nil {
 		return t
 	}
-	var w jsonWriter
-	b := w.str(make([]byte, 0, regSizeHint(map[string][]string{r.Resource: r.IDs})), r.Resource)
-	b = append(b, ':')
-	b = w.strList(b, r.IDs)
-	t := &cachedText{json: b, badUTF8: w.badString, bad: w.badUTF8}
+	t := registeredJSON(r.Resource, r.IDs)
 	r.text.Store(t)
 	return t
 }
@@ -158,17 +144,18 @@ func (p *Prepared) Data() *Data {
 // It is part of the device manager's write path (see the package documentation).
 func EncodePrepared(p *Prepared) ([]byte, error) {
 	if p == nil {
-		return Encode(nil)
+		p = &Prepared{}
 	}
 	reg, size, err := planPrepared(p)
 	if err != nil {
 		return nil, err
 	}
-	// A large file whose entries follow new states is hashed on a second goroutine while its
-	// JSON is put together; where the memos answer, hashing costs less than the goroutine.
+	// A large file whose entries follow new states (an older pod left) is hashed on a second
+	// goroutine while its JSON is put together; where the memos answer, hashing costs less
+	// than the goroutine.
 	sum := make(chan uint32, 1)
 	hash := func() { sum <- checksumTail(checksumEntries(p.Entries), p.Registered == nil, reg) }
-	if size >= parallelHashBytes && churned(p.Entries) {
+	if n := len(p.Entries); size >= 64<<10 && n > blockSlots && p.Entries[n/2].hash.whole.Load() != nil {
 		go hash()
 	} else {
 		hash()
@@ -179,9 +166,6 @@ func EncodePrepared(p *Prepared) ([]byte, error) {
 	buf = appendRegistered(buf, p.Registered == nil, reg)
 	return appendChecksumTail(buf, <-sum), nil
 }
-
-// parallelHashBytes is the size of JSON from which EncodePrepared hashes on a second goroutine.
-const parallelHashBytes = 64 << 10
 
 // planPrepared checks that every piece of p encodes (the only failure is ErrInvalidUTF8, found
 // before anything is written) and returns p's registered pairs sorted by resource and the
@@ -256,9 +240,6 @@ func checksumEntries(entries []*Entry) uint32 {
 		return t.nilText.apply(h)
 	}
 	h = step(h, '[')
-	if churned(entries) {
-		warmSums(entries)
-	}
 	for i, e := range entries {
 		if i > 0 {
 			h = step(h, ' ')
@@ -266,30 +247,6 @@ func checksumEntries(entries []*Entry) uint32 {
 		h = applyPiece(h, e)
 	}
 	return step(h, ']')
-}
-
-// churned guesses whether many of entries follow other states than when they were last
-// hashed (an older pod left): its middle entry has its whole textSum, which an entry gets
-// once it is hashed after a second state.
-func churned(entries []*Entry) bool {
-	n := len(entries)
-	return n > blockSlots && entries[n/2].hash.whole.Load() != nil
-}
-
-// warmSums reads a word of every cache line of the entries' whole textSums: loads that do not
-// wait on one another, so that the chain of lookups that follows, each waiting on the state
-// the one before gives, finds the textSums in cache.
-//
-//go:noinline
-func warmSums(entries []*Entry) (sink uint32) {
-	for _, e := range entries {
-		if w := e.hash.whole.Load(); w != nil {
-			for i := 0; i < len(w.add); i += 16 {
-				sink += w.add[i]
-			}
-		}
-	}
-	return sink
 }
 
 // checksumTail returns the checksum of a file whose state after the entry list is h and

@@ -5,33 +5,16 @@ import (
 	"fmt"
 )
 
-// ErrNotFound is returned (wrapped in a *FileError) when the checkpoint file
-// does not exist. Its text is the kubelet's.
-var ErrNotFound = errors.New("checkpoint is not found")
+// The errors of the public package checkpoint, documented there.
+var (
+	ErrNotFound      = errors.New("checkpoint is not found")
+	ErrCorrupt       = errors.New("checkpoint is corrupted")
+	ErrNotJSON       = fmt.Errorf("%w: not valid JSON", ErrCorrupt)
+	ErrUnknownLayout = fmt.Errorf("%w: neither the V2 nor the V1 layout", ErrCorrupt)
+	ErrInvalidUTF8   = errors.New("checkpoint data contains a string that is not valid UTF-8")
+)
 
-// ErrCorrupt matches every error that means "the file exists but cannot be
-// used": not JSON, unknown layout, checksum mismatch. Its text is the
-// kubelet's. Callers branch on it with errors.Is.
-var ErrCorrupt = errors.New("checkpoint is corrupted")
-
-// ErrNotJSON is wrapped, together with the decoder's syntax error, when the
-// file is not valid JSON (an empty or truncated file included).
-// errors.Is(err, ErrCorrupt) is true for it.
-var ErrNotJSON = fmt.Errorf("%w: not valid JSON", ErrCorrupt)
-
-// ErrUnknownLayout is wrapped, together with the V2 decoder's error, when the
-// file is JSON but has neither the V2 nor the V1 shape.
-// errors.Is(err, ErrCorrupt) is true for it.
-var ErrUnknownLayout = fmt.Errorf("%w: neither the V2 nor the V1 layout", ErrCorrupt)
-
-// ErrInvalidUTF8 is returned by Encode and Store.Write when a string in the
-// data is not valid UTF-8. encoding/json (and so the kubelet) would write
-// U+FFFD in its place while the checksum covers the original bytes, giving a
-// file that can never be read back; kdm refuses to write it instead.
-var ErrInvalidUTF8 = errors.New("checkpoint data contains a string that is not valid UTF-8")
-
-// ChecksumError reports a checkpoint whose stored checksum does not match the
-// checksum computed over its decoded data. errors.Is(err, ErrCorrupt) is true.
+// ChecksumError is checkpoint.ChecksumError.
 type ChecksumError struct {
 	// Stored is the Checksum field as read from the file.
 	Stored uint64
@@ -50,7 +33,7 @@ func (e *ChecksumError) Error() string {
 // Is reports whether target is ErrCorrupt.
 func (e *ChecksumError) Is(target error) bool { return target == ErrCorrupt }
 
-// FileError adds the checkpoint file's path to an error from Store.
+// FileError is checkpoint.FileError.
 type FileError struct {
 	Path string
 	Err  error
@@ -64,10 +47,7 @@ func (e *FileError) Error() string {
 // Unwrap returns the underlying error.
 func (e *FileError) Unwrap() error { return e.Err }
 
-// QuarantineError is returned by Store.Read when the checkpoint was unusable
-// and has been renamed aside, so that the next Write does not silently
-// destroy the evidence. errors.Is(err, ErrCorrupt) is true, and errors.As
-// finds the *FileError and the specific cause (for example *ChecksumError).
+// QuarantineError is checkpoint.QuarantineError.
 type QuarantineError struct {
 	// Path is the checkpoint path that was read.
 	Path string

@@ -5,19 +5,11 @@ import (
 	"sync"
 )
 
-// FNV-1a 32 steps are h = (h ^ c) * p. Because the XOR only touches the low
-// byte, h ^ c == h + ((L ^ c) - L) with L = h & 0xff, so one step is
-// h*p + p*((L^c) - L): a multiply plus a term that depends only on the
-// incoming low byte. By induction, for any fixed byte string s,
-//
-//	fnv(h, s) == p^len(s) * h + add_s[h & 0xff]
-//
-// and the low byte after s depends only on the low byte before it. So the
-// hash of a constant piece of text costs one multiply and one table lookup,
-// whatever its length. fragment applies this to the grammar's constant
-// fragments, and byteTables to the " <decimal>" text of each AllocResp byte,
-// which is most of the hashed text. The tests prove the result identical
-// to plain FNV-1a over the text (and to the kubelet's go-spew oracle).
+// An FNV-1a 32 step, h = (h ^ c) * p, only XORs into the low byte, so for any fixed text s
+// fnv(h, s) == p^len(s) * h + add_s[h & 0xff], and the low byte after s depends only on the
+// low byte before it (docs/checkpoint-internals.md#checksum). A constant piece of text then
+// costs one multiply and one lookup, whatever its length. The tests prove the tables
+// identical to plain FNV-1a over the text.
 
 // fragment is a constant piece of grammar text with its FNV-1a transform.
 type fragment struct {

@@ -1,23 +1,12 @@
 package checkpoint
 
-import (
-	"encoding/binary"
-	"math/bits"
-	"sync/atomic"
-)
+import "sync/atomic"
 
-// A piece of hashed text that never changes (an Entry's, a Registered pair's) maps, as the
-// grammar's constant fragments do (see hashtables.go), an incoming state h to mul*h +
-// add[h & mask], where mul = p^len(text), mask is 0xff, or 0x7f when every byte of the text is
-// below 0x80 (XOR with such a byte never touches bit 7, so adding 0x80 to the state commutes
-// with every step and add repeats every 128 low bytes).
-//
-// pieceSum remembers add for the low byte the piece was first hashed after (the memo). Once
-// it is hashed after another low byte, an Entry gets its whole textSum (see text_sum.go), and
-// a Registered pair, whose text may be tens of MiB, fills a table of add eight low bytes per
-// pass over its text (eight states hashed side by side, lanes8): at most 16 such passes in its
-// life (32 for non-ASCII text). Either way a piece then costs one multiply and one lookup,
-// whatever comes before it.
+// pieceSum is what hashing a piece of text that never changes (an Entry's, a Registered
+// pair's) does to the checksum's state: h -> mul*h + add[h & mask], mask 0x7f for ASCII text,
+// else 0xff. It remembers add for the low byte the piece was first hashed after (the memo);
+// hashed after another one, an Entry gets its whole textSum and a Registered pair, whose text
+// may be tens of MiB, fills a table eight low bytes per pass (lanes8).
 type pieceSum struct {
 	// meta is metaKnown | mask << 32 | mul, or 0 before the first use.
 	meta atomic.Uint64
@@ -118,18 +107,6 @@ func applyPiece(h uint32, p piece) uint32 {
 	add, _ := t.get(l)
 	c.memo.Store(metaKnown | uint64(l)<<32 | uint64(add))
 	return mul*h + add
-}
-
-// saw records that a reader's hashing of p's text took the state from h0 to h1, so that a
-// write hashing it after the same low byte need not hash it again.
-func (c *pieceSum) saw(h0, h1 uint32, p piece) {
-	mul := pow32(fnvPrime32, p.textLen())
-	mask := uint64(0xff)
-	if p.asciiText() {
-		mask = 0x7f
-	}
-	c.meta.Store(metaKnown | mask<<32 | uint64(mul))
-	c.memo.Store(metaKnown | uint64(uint8(h0&uint32(mask)))<<32 | uint64(h1-mul*h0))
 }
 
 // step returns the state after hashing the byte c from h; unstep undoes it.
@@ -234,28 +211,13 @@ func entryTextLen(t *hashTables, e *PodDevicesEntry) int {
 	return n
 }
 
-// decimalDigits returns the total length of the decimal texts of b's bytes: one digit each,
-// plus one for each byte of 10 or more and one more for each of 100 or more, counted eight
-// bytes at a time.
+// decimalDigits returns the total length of the decimal texts of b's bytes.
 func decimalDigits(b []byte) int {
-	n := len(b)
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		v := binary.LittleEndian.Uint64(b[i:])
-		n += bits.OnesCount64(bytesAtLeast(v, 10)) + bits.OnesCount64(bytesAtLeast(v, 100))
-	}
-	for _, c := range b[i:] {
-		n += int(byteDec[c].n) - 1
+	n := 0
+	for _, c := range b {
+		n += int(byteDec[c].n)
 	}
 	return n
-}
-
-// bytesAtLeast returns the high bit of each byte of v that is k or more, for k below 0x80,
-// and no other bit. A byte below 0x80 plus 0x80-k reaches 0x80 exactly when it is k or more,
-// with no carry into the next byte; a byte of 0x80 or more has the bit already.
-func bytesAtLeast(v uint64, k byte) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	return ((v &^ highs) + ones*uint64(0x80-k) | v) & highs
 }
 
 // strListTextLen returns the length of the STRLIST text of l.

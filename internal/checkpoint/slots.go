@@ -7,26 +7,15 @@ import (
 	"slices"
 )
 
-// The Store writes a Prepared checkpoint as a slotted file, so that a write changes few bytes:
+// The Store writes a Prepared checkpoint as a slotted file, so that a write changes few bytes
+// (docs/checkpoint-internals.md#durable-store):
 //
 //	{"Data":{"PodDeviceEntries":[ {...}   ,{...}        ,{...}   <gap>],"RegisteredDevices":{...}},"Checksum":N         }
 //
-// Each entry sits in a slot: its separator (a space for the first entry in the file, a comma
-// for the others), its JSON and spaces to the slot's end. A departed entry's slot is filled
-// with spaces; an arriving entry takes the first free slot it fits, or a new slot at the start
-// of the gap, the spaces reserved after the last slot. The checksum is padded to ten digits.
-// JSON ignores the spaces and the kubelet's checksum is over the decoded values, so the file
-// reads as the Data of its entries in slot order, and verifies.
-//
-// When the gap is used up the file is laid out anew (a new slotLayout): the entries in the
-// Prepared's order, each slot with some room to spare, and a gap of a quarter of the entries'
-// size, so that a relayout, a whole-file write, comes once in many writes.
-//
-// The checksum follows the slots too. The slots are grouped in blocks of blockSlots; each
-// block remembers, per incoming low byte, what its text does to the checksum's state (its
-// entries with a space after each, a map mul*h + add[h & 0xff] like any fixed text, see
-// pieceSum), and the state before it. A change in a block costs a walk over that block's
-// entries and one lookup per later block.
+// Each slot holds a separator (a space for the first entry, a comma for the others), an entry's
+// JSON and spaces. JSON ignores the spaces and the checksum is over the decoded values, so the
+// file reads as the Data of its entries in slot order, and verifies. The checksum's parts are
+// kept per block of blockSlots slots.
 
 // blockSlots is how many slots a checksum block covers.
 const blockSlots = 64

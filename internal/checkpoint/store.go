@@ -41,19 +41,8 @@ const (
 	DirMode os.FileMode = 0o755
 )
 
-// Store keeps the checkpoint file of one directory durable.
-//
-// All methods are safe for concurrent use; they are serialised by one mutex,
-// so a Read never observes, nor quarantines, a file another method of the
-// same Store is replacing. Another process writing the same file (a kubelet)
-// is not coordinated with; every replacement is an atomic rename or exchange
-// of names, so the checkpoint's name always leads to a whole file. On Linux a
-// write reuses the file the previous write replaced (see replaceViaSpare)
-// under an exclusive flock, unless StoreConfig.PlainWrites is set; Read and ReadFile hold a shared flock while they
-// read, so they never see a file change under them. A reader that takes no
-// lock and keeps the file open across two writes may see the second one's
-// bytes; the checksum then fails, and reading the path again gives the whole
-// file.
+// Store is checkpoint.Store; its contract is documented there. All methods hold mu,
+// so a Read never observes, nor quarantines, a file another method is replacing.
 type Store struct {
 	dir        string
 	path       string
@@ -89,14 +78,8 @@ const writeBufferSize = 256 << 10
 // Store made for a new manager (a restart) does not allocate one of its own.
 var writeBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufferSize) }}
 
-// NewStore returns the Store for cfg.Dir/kubelet_internal_checkpoint. It
-// creates the directory with DirMode if it is missing, and removes temporary
-// files that a writer killed mid-write left behind (only names starting with
-// ".kubelet_internal_checkpoint.tmp-", but for SpareFileName; the kubelet's
-// own temp files are not touched). A spare found there is not written into
-// before the first write that syncs the directory. It fails with
-// cfg.Validate's error if cfg is invalid, or if the directory cannot be
-// created, listed or cleaned.
+// NewStore is checkpoint.NewStore. A spare found in the directory is not written into
+// before the first write that syncs the directory.
 func NewStore(cfg StoreConfig) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -156,18 +139,7 @@ func (s *Store) removeStaleTemps() error {
 // Path returns the checkpoint file's path.
 func (s *Store) Path() string { return s.path }
 
-// Write replaces the checkpoint with Encode(d), durably: it writes a
-// temporary file in the same directory (mode 0600, name starting with a dot),
-// fsyncs it, renames it over the checkpoint and fsyncs the directory. On
-// Linux, once a checkpoint exists, the temporary file is the one the previous
-// write replaced, overwritten in place, and it takes the checkpoint's name by
-// an atomic exchange of the two names (see replaceViaSpare); the directory is
-// fsynced after it in every case. StoreConfig.PlainWrites turns that off. After a crash at any point the file is
-// either the old or the new checkpoint. On failure the temporary file is
-// removed and the old checkpoint is left as it was, except when only the
-// final directory fsync failed (the new file is in place, but its durability
-// is unknown).
-// Errors are *FileError; ErrInvalidUTF8 is reported before touching disk.
+// Write is checkpoint.Store.Write.
 func (s *Store) Write(d *Data) error {
 	b, err := Encode(d)
 	if err != nil {
@@ -392,16 +364,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // to count the syncs.
 var syncDir = fsyncDir
 
-// Read reads, decodes and verifies the checkpoint (see Decode).
-//
-// A missing file gives a *FileError matching ErrNotFound. Any other failure
-// is a *FileError naming the path and the reason. When the file exists but
-// is unusable (errors.Is(err, ErrCorrupt)) and quarantine is on, the file is
-// renamed aside to "kubelet_internal_checkpoint.corrupt-<UTC time>" (with a
-// "-N" suffix if that name is taken), the directory is fsynced, and a
-// *QuarantineError wrapping the *FileError is returned, so the caller can
-// report it and the evidence survives the next Write. If that rename fails,
-// the *FileError says so and the file stays where it was.
+// Read is checkpoint.Store.Read.
 func (s *Store) Read() (*Data, Layout, error) {
 	d, _, layout, err := s.read(false)
 	return d, layout, err
@@ -457,11 +420,7 @@ func (s *Store) read(entries bool) (*Data, []*Entry, Layout, error) {
 // readLocked reads the checkpoint (see readFileLocked). Callers hold mu.
 func (s *Store) readLocked() ([]byte, fs.FileInfo, error) { return readFileLocked(s.path) }
 
-// ReadFile returns the content of the checkpoint file at path, read as Store.Read reads it
-// (see readFileLocked), for tools that read a live node's checkpoint: a Store writing the
-// same directory never changes the file while it is read. Like Store.Read it refuses
-// anything but a regular file (a FIFO cannot block it). Errors are *FileError naming path,
-// wrapping the open's or the read's (errors.Is(err, fs.ErrNotExist) for a missing file).
+// ReadFile is checkpoint.ReadFile.
 func ReadFile(path string) ([]byte, error) {
 	b, _, err := readFileLocked(path)
 	if err != nil {

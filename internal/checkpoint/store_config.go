@@ -9,9 +9,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// StoreConfig describes a [Store]. Only Dir must be set: every other field's
-// zero value is the documented default, and NewStore never changes a value
-// that is set.
+// StoreConfig is checkpoint.StoreConfig, field for field.
 type StoreConfig struct {
 	// Dir is the directory that holds kubelet_internal_checkpoint (the
 	// device-plugin socket directory). It must be an absolute path; NewStore
@@ -42,8 +40,7 @@ type StoreConfig struct {
 	PlainWrites bool
 }
 
-// Validate reports every value of c that NewStore would refuse, joined with
-// errors.Join in field order. It changes nothing.
+// Validate is checkpoint.StoreConfig.Validate.
 func (c StoreConfig) Validate() error {
 	var errs []error
 	switch {

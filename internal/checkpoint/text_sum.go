@@ -2,19 +2,11 @@ package checkpoint
 
 import "sync"
 
-// A piece of text hashed after every possible state at once: an Entry's whole textSum.
-//
-// fnv(h, text) == p^len(text)*h + add[h & 0xff] for any text (see hashtables.go), so 256 terms
-// describe what the text does to the checksum's chain from any state. When the text's bytes
-// are all below 0x80, or all below 0x40 (digits and spaces: the decimal dump of AllocResp),
-// XOR with them never reaches the state's top bit, or its top two bits, and the terms repeat
-// every 128 or every 64 low bytes.
-//
-// entrySum builds an entry's terms in two parts that it joins: the decimal dump of AllocResp
-// takes 64 states through the per-byte tables, the rest of the text 128 (256 when it has
-// bytes of 0x80 or more), eight side by side (lanes8). On the benchmark's entries that is
-// about 32 single passes' worth of work. An entry gets its textSum when it is hashed after a
-// second state (see applyPiece); a checksum block composes its entries' (see slots.go).
+// An Entry's whole textSum: its text hashed after every possible state at once. When the
+// text's bytes are all below 0x80, or all below 0x40 (the decimal dump of AllocResp), XOR
+// with them never reaches the state's top bit, or its top two bits, and the terms repeat every
+// 128 or every 64 low bytes. entrySum joins the dump's terms (64 states through the per-byte
+// tables) and the rest's (128 or 256 states, eight side by side): about 32 passes' work.
 
 // textSum is what a fixed text does to the FNV-1a 32 state: fnv(h, text) == mul*h +
 // add[h&(len(add)-1)] for every h. len(add) is 64, 128 or 256. It is immutable once built.

@@ -6,18 +6,10 @@ import "fmt"
 // hard-codes it inside the device-plugin socket directory.
 const FileName = "kubelet_internal_checkpoint"
 
-// DevicesPerNUMA maps a NUMA node id to the device IDs of one allocation that
-// are attached to that node. The key -1 means "no topology information". A
-// device attached to several nodes is listed under each of them.
-//
-// The type name is part of the checksummed text ("checkpoint.DevicesPerNUMA"),
-// so it must not be renamed.
+// DevicesPerNUMA is checkpoint.DevicesPerNUMA.
 type DevicesPerNUMA map[int64][]string
 
-// PodDevicesEntry is one (pod, container, resource) allocation.
-//
-// Field names and order are part of both the JSON keys and the checksummed
-// text; they must not change.
+// PodDevicesEntry is checkpoint.PodDevicesEntry.
 type PodDevicesEntry struct {
 	PodUID        string
 	ContainerName string
@@ -29,13 +21,7 @@ type PodDevicesEntry struct {
 	AllocResp []byte
 }
 
-// Data is the content of a checkpoint, without its checksum.
-//
-// nil and empty are different values here, because the kubelet's checksum
-// distinguishes them: a nil PodDeviceEntries is written as null and hashed as
-// "<nil>", an empty non-nil one as [] and "[]". The same holds for every
-// slice and map below. Decode keeps the distinction, so a decoded Data
-// re-encodes to the same bytes.
+// Data is checkpoint.Data.
 type Data struct {
 	PodDeviceEntries []PodDevicesEntry
 	// RegisteredDevices lists the healthy device IDs per resource name. The
