@@ -166,8 +166,8 @@ func TestUnusualDeviceLists(t *testing.T) {
 
 // TestRestartWritesTheSameCheckpoint: a manager restarted on its own checkpoint, whose plugin
 // comes back with the same devices, writes a file of the same data, in the same order, that
-// verifies. The entries it read are kept for that write (Store.ReadEntries), their text and
-// checksum parts taken from the file; a part taken wrongly would change the checksum.
+// verifies. The entries it read (Store.ReadEntries) are kept for that write; an entry encoded
+// or hashed wrongly would change the checksum.
 func TestRestartWritesTheSameCheckpoint(t *testing.T) {
 	dir := shortDir(t)
 	pods := newPodList()

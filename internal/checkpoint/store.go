@@ -372,12 +372,9 @@ func (s *Store) Read() (*Data, Layout, error) {
 
 // ReadEntries is Read that also returns the file's entries as Entries, entries[i] holding
 // data.PodDeviceEntries[i] and sharing its lists and bytes, for a caller that keeps them and
-// writes them again (as Prepared). An entry that the reflection-free parser read keeps its
-// text in the file, which the first write uses if it is exactly what Encode writes, and the
-// checksum states around it: a write of the same entries in the same order neither encodes
-// nor hashes them again. The file's bytes stay in memory until the last of those entries is
-// dropped. Neither data nor the entries may be modified. It is part of the device manager's
-// write path (see the package documentation).
+// writes them again (as Prepared): each Entry then makes its JSON and its part of the checksum
+// once, at the first write. Neither data nor the entries may be modified. It is part of the
+// device manager's write path (see the package documentation).
 func (s *Store) ReadEntries() (data *Data, entries []*Entry, layout Layout, err error) {
 	return s.read(true)
 }

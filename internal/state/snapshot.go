@@ -71,8 +71,7 @@ func (s *State) entries(p podDevices) []checkpoint.PodDevicesEntry {
 //
 // read, when not nil, are the entries as checkpoint.Store.ReadEntries returned them with data
 // (read[i] holds data.PodDeviceEntries[i]): the state keeps each one that it writes the same
-// way as its own, with what it remembers of its encoding, so that the first write after the
-// restore costs little more than the file's bytes. Neither data nor read may be modified
+// way as its own instead of making a new one. Neither data nor read may be modified
 // afterwards.
 func (s *State) Restore(data *checkpoint.Data, read []*checkpoint.Entry, now time.Time) (bad []checkpoint.PodDevicesEntry) {
 	bad = s.restoreAssignments(data.PodDeviceEntries, read)
