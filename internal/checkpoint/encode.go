@@ -23,21 +23,15 @@ func Encode(d *Data) ([]byte, error) {
 	} else {
 		sum <- Checksum(d)
 	}
-	var bad *cachedText // the first string that is not valid UTF-8, in the file's order
-	badEntry := false   // bad is an entry's
-	reg := preparedOf(&Data{RegisteredDevices: d.RegisteredDevices}).Registered
-	slices.SortFunc(reg, compareRegistered)
+	reg := sortedRegistered(d.RegisteredDevices)
 	size := 4096
 	for _, r := range reg {
-		t := r.encoded()
-		if t.bad && bad == nil {
-			bad = t
-		}
-		size += len(t.json) + 1
+		size += len(r.encoded().json) + 1
 	}
 	for i := range d.PodDeviceEntries {
 		size += entrySize(&d.PodDeviceEntries[i])
 	}
+	var bad *cachedText // the first string that is not valid UTF-8, in the file's order
 	b := append(make([]byte, 0, size), jsonFileHead...)
 	if d.PodDeviceEntries == nil {
 		b = append(b, "null"...)
@@ -48,11 +42,16 @@ func Encode(d *Data) ([]byte, error) {
 				b = append(b, ',')
 			}
 			var t *cachedText
-			if b, t = appendEntryJSON(b, &d.PodDeviceEntries[i]); t != nil && (bad == nil || !badEntry) {
-				bad, badEntry = t, true
+			if b, t = appendEntryJSON(b, &d.PodDeviceEntries[i]); bad == nil {
+				bad = t
 			}
 		}
 		b = append(b, ']')
+	}
+	for _, r := range reg {
+		if t := r.encoded(); t.bad && bad == nil {
+			bad = t
+		}
 	}
 	h := <-sum
 	if bad != nil {
@@ -65,25 +64,18 @@ func Encode(d *Data) ([]byte, error) {
 // second goroutine.
 const parallelChecksumEntries = 128
 
-// preparedOf returns d as a Prepared of new pieces that share d's lists and bytes.
-func preparedOf(d *Data) *Prepared {
-	p := &Prepared{}
-	if d == nil {
-		return p
+// sortedRegistered returns m's pairs as new Registered pieces sorted by resource, sharing
+// m's lists; nil for a nil m.
+func sortedRegistered(m map[string][]string) []*Registered {
+	if m == nil {
+		return nil
 	}
-	if d.PodDeviceEntries != nil {
-		p.Entries = make([]*Entry, len(d.PodDeviceEntries))
-		for i := range d.PodDeviceEntries {
-			p.Entries[i] = NewEntry(d.PodDeviceEntries[i])
-		}
+	reg := make([]*Registered, 0, len(m))
+	for res, ids := range m {
+		reg = append(reg, NewRegistered(res, ids))
 	}
-	if d.RegisteredDevices != nil {
-		p.Registered = make([]*Registered, 0, len(d.RegisteredDevices))
-		for res, ids := range d.RegisteredDevices {
-			p.Registered = append(p.Registered, NewRegistered(res, ids))
-		}
-	}
-	return p
+	slices.SortFunc(reg, compareRegistered)
+	return reg
 }
 
 // entryJSON returns e's JSON object as encoding/json writes it, or the first of its strings

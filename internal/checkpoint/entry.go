@@ -155,7 +155,7 @@ func EncodePrepared(p *Prepared) ([]byte, error) {
 	// than the goroutine.
 	sum := make(chan uint32, 1)
 	hash := func() { sum <- checksumTail(checksumEntries(p.Entries), p.Registered == nil, reg) }
-	if n := len(p.Entries); size >= 64<<10 && n > blockSlots && p.Entries[n/2].hash.whole.Load() != nil {
+	if n := len(p.Entries); size >= parallelHashBytes && n > blockSlots && p.Entries[n/2].hash.whole.Load() != nil {
 		go hash()
 	} else {
 		hash()
@@ -166,6 +166,9 @@ func EncodePrepared(p *Prepared) ([]byte, error) {
 	buf = appendRegistered(buf, p.Registered == nil, reg)
 	return appendChecksumTail(buf, <-sum), nil
 }
+
+// parallelHashBytes is the size of JSON from which EncodePrepared may hash on a second goroutine.
+const parallelHashBytes = 64 << 10
 
 // planPrepared checks that every piece of p encodes (the only failure is ErrInvalidUTF8, found
 // before anything is written) and returns p's registered pairs sorted by resource and the
